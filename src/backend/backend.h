@@ -1,0 +1,77 @@
+// The op set models are written against. A backend implements each op on its own memory; the CPU
+// backend (fp32, the oracle) works on host memory. Shapes are given as comments: [T, D] f32 and so on.
+// All activation tensors are contiguous f32 unless stated otherwise.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+#include "core/weight.h"
+
+namespace deepinfer {
+
+class ThreadPool;
+
+// Hyper-connection (mHC) parameters for one sublayer or the final head collapse.
+struct HcParams {
+    const float* fn = nullptr;     // [mix, n * D]: mix = (2 + n) * n for sublayers, n for the head
+    const float* base = nullptr;   // [mix]
+    const float* scale = nullptr;  // [3] for sublayers (pre, post, comb), [1] for the head
+    int n = 0;                     // streams
+    int sinkhorn_iters = 0;
+    float hc_eps = 0;              // added to pre and to the Sinkhorn normalisers
+    float norm_eps = 0;            // of the unweighted RMS normalisation of the flattened streams
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual std::string name() const = 0;
+    // Host thread pool for the loops models run around the ops.
+    virtual ThreadPool& pool() = 0;
+
+    // out [T, N] = x [T, K] . W^T, W [N, K] in any stored format.
+    virtual void linear(TensorView out, TensorView x, const LinearWeight& w) = 0;
+    // Block-diagonal: for g < groups, out[:, g*R:(g+1)*R] = x[:, g*K:(g+1)*K] . W[g*R:(g+1)*R, :]^T,
+    // W [groups * R, K], x [T, groups * K], out [T, groups * R].
+    virtual void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) = 0;
+    // out [T, D] = rows ids[t] of table [V, D].
+    virtual void embedding(TensorView out, const LinearWeight& table, const int32_t* ids) = 0;
+    // Over the last dim of x [R, C]: x * rsqrt(mean(x^2) + eps), times weight [C] when given. out may be x.
+    virtual void rms_norm(TensorView out, TensorView x, const float* weight, float eps) = 0;
+    // x [T, heads, head_dim]: rotates the last rope_dim dims of every head in interleaved pairs by
+    // positions[t] * inv_freq[i] (negated when inverse), cos and sin scaled by attention_factor.
+    virtual void rope(TensorView x, const int32_t* positions, const float* inv_freq, int rope_dim,
+                      float attention_factor, bool inverse) = 0;
+
+    // mHC collapse: from streams [T, n, D] computes post [T, n], comb [T, n, n] (Sinkhorn-normalised) and
+    // the collapsed input collapsed [T, D] = sum_j pre_j * streams_j.
+    virtual void hc_pre(TensorView collapsed, TensorView post, TensorView comb, TensorView streams,
+                        const HcParams& p) = 0;
+    // mHC expand: out[t, k] = post[t, k] * y[t] + sum_j comb[t, j, k] * streams[t, j]. out [T, n, D].
+    virtual void hc_post(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams) = 0;
+    // Final collapse: out [T, D] = sum_j (sigmoid(mix_j * scale + base_j) + eps) * streams[t, j].
+    virtual void hc_head(TensorView out, TensorView streams, const HcParams& p) = 0;
+
+    // Multi-query attention with one shared K=V head and per-head sinks: for query t and head h,
+    // keys[indices[offsets[t] .. offsets[t+1])] are attended with logits q.k * scale, and the sink logit
+    // sinks[h] joins the softmax denominator with a zero value. q [T, H, d], keys [Nk, d], out [T, H, d].
+    virtual void sparse_attention(TensorView out, TensorView q, TensorView keys, const int32_t* offsets,
+                                  const int32_t* indices, const float* sinks, float scale) = 0;
+    // Compressor pooling: out [E, c] = sum_s softmax_s(gate[e, s, :]) * kv[e, s, :], per channel;
+    // kv, gate [E, S, c]; a gate of -inf marks an empty slot.
+    virtual void gated_pool(TensorView out, TensorView kv, TensorView gate) = 0;
+    // Lightning indexer: scores [T, E] = scale * sum_h weights[t, h] * relu(q[t, h] . keys[e]);
+    // q [T, Hi, c], keys [E, c], weights [T, Hi].
+    virtual void indexer_scores(TensorView scores, TensorView q, TensorView keys, TensorView weights,
+                                float scale) = 0;
+    // out [R, I] = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0 disables the clamp.
+    virtual void swiglu(TensorView out, TensorView gate, TensorView up, float limit) = 0;
+};
+
+// "cpu" (default) or "cuda" when built with it; throws Error naming the choices otherwise.
+std::unique_ptr<Backend> create_backend(const std::string& device, int num_threads = 0);
+
+}  // namespace deepinfer

@@ -1,0 +1,75 @@
+// Sparse shared-KV attention with sinks, and the lightning indexer's scores.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace deepinfer {
+
+void CpuBackend::sparse_attention(TensorView out, TensorView q, TensorView keys, const int32_t* offsets,
+                                  const int32_t* indices, const float* sinks, float scale) {
+    const int64_t t = q.dim(0), heads = q.dim(1), d = q.dim(2);
+    DI_ICHECK(out.shape() == q.shape() && keys.dim(1) == d, "sparse_attention shapes");
+    const float* qq = q.f32();
+    const float* kk = keys.f32();
+    float* o = out.f32();
+    const int64_t nkeys = keys.dim(0);
+    pool_.parallel_for(t * heads, 8, [&](int64_t b, int64_t e) {
+        std::vector<float> logits;
+        for (int64_t th = b; th < e; ++th) {
+            const int64_t r = th / heads, h = th % heads;
+            const float* qv = qq + th * d;
+            const int32_t begin = offsets[r], end = offsets[r + 1];
+            logits.resize(static_cast<size_t>(end - begin));
+            float m = sinks[h];
+            for (int32_t i = begin; i < end; ++i) {
+                const int32_t key = indices[i];
+                DI_ICHECK(key >= 0 && key < nkeys, "attention key ", key, " out of range");
+                const float* kv = kk + key * d;
+                float dot = 0;
+                for (int64_t c = 0; c < d; ++c) dot += qv[c] * kv[c];
+                logits[i - begin] = dot * scale;
+                m = std::max(m, logits[i - begin]);
+            }
+            float denom = std::exp(sinks[h] - m);
+            float* ov = o + th * d;
+            for (int64_t c = 0; c < d; ++c) ov[c] = 0;
+            for (int32_t i = begin; i < end; ++i) {
+                const float p = std::exp(logits[i - begin] - m);
+                denom += p;
+                const float* kv = kk + indices[i] * d;
+                for (int64_t c = 0; c < d; ++c) ov[c] += p * kv[c];
+            }
+            const float inv = 1.0f / denom;
+            for (int64_t c = 0; c < d; ++c) ov[c] *= inv;
+        }
+    });
+}
+
+void CpuBackend::indexer_scores(TensorView scores, TensorView q, TensorView keys, TensorView weights, float scale) {
+    const int64_t t = q.dim(0), heads = q.dim(1), c = q.dim(2), entries = keys.dim(0);
+    DI_ICHECK(keys.dim(1) == c && weights.numel() == t * heads && scores.numel() == t * entries,
+              "indexer_scores shapes");
+    const float* qq = q.f32();
+    const float* kk = keys.f32();
+    const float* w = weights.f32();
+    float* s = scores.f32();
+    pool_.parallel_for(t, 1, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+            for (int64_t k = 0; k < entries; ++k) {
+                const float* kv = kk + k * c;
+                float acc = 0;
+                for (int64_t h = 0; h < heads; ++h) {
+                    const float* qv = qq + (r * heads + h) * c;
+                    float dot = 0;
+                    for (int64_t i = 0; i < c; ++i) dot += qv[i] * kv[i];
+                    acc += std::max(dot, 0.0f) * scale * w[r * heads + h];
+                }
+                s[r * entries + k] = acc;
+            }
+        }
+    });
+}
+
+}  // namespace deepinfer

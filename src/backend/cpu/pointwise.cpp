@@ -1,0 +1,102 @@
+// Row-wise and element-wise ops: RMSNorm, RoPE, SwiGLU, gated pooling.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace deepinfer {
+
+void CpuBackend::rms_norm(TensorView out, TensorView x, const float* weight, float eps) {
+    const int64_t c = x.dim(-1), rows = x.numel() / c;
+    DI_ICHECK(out.numel() == x.numel(), "rms_norm shapes");
+    const float* in = x.f32();
+    float* o = out.f32();
+    pool_.parallel_for(rows, 64, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+            const float* xr = in + r * c;
+            float* yr = o + r * c;
+            float ss = 0;
+            for (int64_t i = 0; i < c; ++i) ss += xr[i] * xr[i];
+            const float inv = 1.0f / std::sqrt(ss / static_cast<float>(c) + eps);
+            if (weight) {
+                for (int64_t i = 0; i < c; ++i) yr[i] = weight[i] * (xr[i] * inv);
+            } else {
+                for (int64_t i = 0; i < c; ++i) yr[i] = xr[i] * inv;
+            }
+        }
+    });
+}
+
+void CpuBackend::rope(TensorView x, const int32_t* positions, const float* inv_freq, int rope_dim,
+                      float attention_factor, bool inverse) {
+    const int64_t t = x.dim(0), heads = x.dim(1), hd = x.dim(2);
+    DI_ICHECK(x.ndim() == 3 && rope_dim <= hd && rope_dim % 2 == 0, "rope on ", x.shape().str());
+    const int half = rope_dim / 2;
+    float* base = x.f32();
+    pool_.parallel_for(t, 16, [&](int64_t b, int64_t e) {
+        std::vector<float> cs(half), sn(half);
+        for (int64_t r = b; r < e; ++r) {
+            const float pos = static_cast<float>(positions[r]);
+            for (int i = 0; i < half; ++i) {
+                const float angle = pos * inv_freq[i];  // fp32 product, as the reference computes it
+                cs[i] = std::cos(angle) * attention_factor;
+                sn[i] = std::sin(angle) * attention_factor * (inverse ? -1.0f : 1.0f);
+            }
+            for (int64_t h = 0; h < heads; ++h) {
+                float* v = base + (r * heads + h) * hd + (hd - rope_dim);
+                for (int i = 0; i < half; ++i) {
+                    const float a = v[2 * i], bb = v[2 * i + 1];
+                    v[2 * i] = a * cs[i] - bb * sn[i];
+                    v[2 * i + 1] = bb * cs[i] + a * sn[i];
+                }
+            }
+        }
+    });
+}
+
+void CpuBackend::swiglu(TensorView out, TensorView gate, TensorView up, float limit) {
+    const int64_t n = out.numel();
+    DI_ICHECK(gate.numel() == n && up.numel() == n, "swiglu shapes");
+    const float* g = gate.f32();
+    const float* u = up.f32();
+    float* o = out.f32();
+    const bool clamp = limit > 0;
+    pool_.parallel_for(n, 4096, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) {
+            float gi = g[i], ui = u[i];
+            if (clamp) {
+                gi = std::min(gi, limit);
+                ui = std::min(std::max(ui, -limit), limit);
+            }
+            o[i] = gi / (1.0f + std::exp(-gi)) * ui;
+        }
+    });
+}
+
+void CpuBackend::gated_pool(TensorView out, TensorView kv, TensorView gate) {
+    const int64_t entries = kv.dim(0), slots = kv.dim(1), c = kv.dim(2);
+    DI_ICHECK(gate.shape() == kv.shape() && out.numel() == entries * c, "gated_pool shapes");
+    const float* k = kv.f32();
+    const float* g = gate.f32();
+    float* o = out.f32();
+    pool_.parallel_for(entries, 4, [&](int64_t b, int64_t e) {
+        for (int64_t w = b; w < e; ++w) {
+            for (int64_t ch = 0; ch < c; ++ch) {
+                float m = -std::numeric_limits<float>::infinity();
+                for (int64_t s = 0; s < slots; ++s) m = std::max(m, g[(w * slots + s) * c + ch]);
+                float denom = 0, acc = 0;
+                for (int64_t s = 0; s < slots; ++s) {
+                    const float gs = g[(w * slots + s) * c + ch];
+                    if (gs == -std::numeric_limits<float>::infinity()) continue;
+                    const float p = std::exp(gs - m);
+                    denom += p;
+                    acc += p * k[(w * slots + s) * c + ch];
+                }
+                o[w * c + ch] = acc / denom;
+            }
+        }
+    });
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,469 @@
+#include "model/deepseek_v4/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <set>
+
+#include "backend/backend.h"
+#include "core/npy.h"
+#include "core/thread_pool.h"
+
+namespace deepinfer::dsv4 {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// A ModelSequence that owns its state memory.
+class OwnedSequence final : public ModelSequence {
+public:
+    OwnedSequence(const DeepseekV4Config& config, int64_t max_tokens) : owned_(config, max_tokens) {}
+    int64_t num_tokens() const override { return state().num_tokens; }
+    int64_t capacity() const override { return state().max_tokens; }
+    void truncate(int64_t new_len) override { truncate_state(owned_.state(), new_len); }
+    int max_rollback() const override { return kMaxRollback; }
+    size_t state_bytes() const override { return owned_.bytes(); }
+    SequenceState& state() { return owned_.state(); }
+    const SequenceState& state() const { return owned_.state(); }
+
+private:
+    OwnedSequenceState owned_;
+};
+
+// DEEPINFER_DEBUG_DUMP=DIR writes intermediate tensors of each forward call as DIR/<name>.npy, to compare
+// with a reference implementation's intermediates.
+const char* debug_dump_dir() {
+    static const char* dir = std::getenv("DEEPINFER_DEBUG_DUMP");
+    return dir && *dir ? dir : nullptr;
+}
+
+void debug_dump(const std::string& name, TensorView t) {
+    if (!debug_dump_dir()) return;
+    std::vector<int64_t> shape(t.shape().dims, t.shape().dims + t.ndim());
+    write_npy(std::string(debug_dump_dir()) + "/" + name + ".npy", t.f32(), shape);
+}
+
+void debug_dump(const std::string& name, const std::vector<int32_t>& v, int64_t cols) {
+    if (!debug_dump_dir()) return;
+    write_npy(std::string(debug_dump_dir()) + "/" + name + ".npy", v.data(),
+              {static_cast<int64_t>(v.size()) / cols, cols});
+}
+
+float score_fn(ScoringFunc f, float x) {
+    switch (f) {
+        case ScoringFunc::kSqrtSoftplus: {
+            const float sp = x > 20.0f ? x : std::log1p(std::exp(x));  // torch softplus, threshold 20
+            return std::sqrt(sp);
+        }
+        case ScoringFunc::kSigmoid: return 1.0f / (1.0f + std::exp(-x));
+        case ScoringFunc::kSoftmax: return x;  // normalised over the row by the caller
+    }
+    return x;
+}
+
+}  // namespace
+
+// The batch as flat rows: row r belongs to sequence seq_of[r] at absolute position positions[r].
+struct DeepseekV4Model::Rows {
+    struct Seq {
+        SequenceState* state;
+        int64_t row0, n, pos0;  // rows [row0, row0 + n) hold positions [pos0, pos0 + n)
+    };
+    int64_t total = 0;
+    std::vector<int32_t> tokens, positions;
+    std::vector<Seq> seqs;
+};
+
+DeepseekV4Model::DeepseekV4Model(const std::string& dir, const std::string& config_json, Backend& backend)
+    : config_(parse_deepseek_v4_config(config_json, path_join(dir, "config.json"))),
+      checkpoint_(dir),
+      weights_(load_deepseek_v4_weights(checkpoint_, config_)),
+      backend_(backend) {
+    info_.model_type = "deepseek_v4";
+    info_.dir = dir;
+    info_.vocab_size = config_.vocab_size;
+    info_.max_positions = config_.max_positions;
+    info_.bos_token_id = config_.bos_token_id;
+    info_.eos_token_ids = config_.eos_token_ids;
+    info_.weight_bytes = weights_.stored_bytes;
+    info_.description = config_.describe();
+    main_inv_freq_ = rope_inv_freq(config_.main_rope);
+    compress_inv_freq_ = rope_inv_freq(config_.compress_rope);
+}
+
+std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(int64_t max_tokens) {
+    return std::make_unique<OwnedSequence>(config_, max_tokens);
+}
+
+Tensor DeepseekV4Model::forward(std::span<const SequenceInput> batch) {
+    std::vector<StateInput> states;
+    for (const SequenceInput& in : batch) {
+        auto* seq = dynamic_cast<OwnedSequence*>(in.seq);
+        DI_CHECK(seq, "forward: sequence does not belong to a DeepSeek-V4 model");
+        states.push_back({&seq->state(), in.tokens, in.logits_from});
+    }
+    return forward_states(states);
+}
+
+Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
+    const DeepseekV4Config& c = config_;
+    Backend& be = backend_;
+    const int64_t D = c.hidden_size, n = c.hc_mult;
+
+    // Validate everything before touching any state.
+    Rows rows;
+    std::vector<int64_t> logit_rows;
+    std::set<const SequenceState*> seen;
+    for (const StateInput& in : batch) {
+        DI_CHECK(in.state && seen.insert(in.state).second, "forward: a sequence appears twice in one batch");
+        const int64_t len = static_cast<int64_t>(in.tokens.size());
+        DI_CHECK(in.state->num_tokens + len <= in.state->max_tokens, "sequence capacity exceeded: ",
+                 in.state->num_tokens, " + ", len, " tokens > ", in.state->max_tokens);
+        DI_CHECK(in.state->layers.size() == static_cast<size_t>(c.num_layers), "forward: state has ",
+                 in.state->layers.size(), " layers, model has ", c.num_layers);
+        DI_CHECK(in.logits_from >= 0 && in.logits_from <= len, "forward: logits_from out of range");
+        for (int32_t t : in.tokens)
+            DI_CHECK(t >= 0 && t < c.vocab_size, "token id ", t, " is outside the vocabulary [0, ", c.vocab_size, ")");
+        rows.seqs.push_back({in.state, rows.total, len, in.state->num_tokens});
+        for (int64_t i = 0; i < len; ++i) {
+            rows.tokens.push_back(in.tokens[i]);
+            rows.positions.push_back(static_cast<int32_t>(in.state->num_tokens + i));
+            if (i >= in.logits_from) logit_rows.push_back(rows.total + i);
+        }
+        rows.total += len;
+    }
+    const int64_t T = rows.total;
+    Tensor logits = Tensor::f32(Shape{static_cast<int64_t>(logit_rows.size()), c.vocab_size});
+    if (T == 0) return logits;
+
+    // Residual streams [T, n, D]: the embedding copied into every stream.
+    Tensor x = Tensor::f32(Shape{T, D});
+    be.embedding(x, weights_.embed, rows.tokens.data());
+    Tensor streams = Tensor::f32(Shape{T, n, D}), next = Tensor::f32(Shape{T, n, D});
+    for (int64_t r = 0; r < T; ++r)
+        for (int64_t j = 0; j < n; ++j) std::memcpy(streams.f32() + (r * n + j) * D, x.f32() + r * D, D * 4);
+
+    Tensor post = Tensor::f32(Shape{T, n}), comb = Tensor::f32(Shape{T, n, n});
+    Tensor xn = Tensor::f32(Shape{T, D}), y = Tensor::f32(Shape{T, D});
+    auto hc = [&](const HcWeights& w) {
+        return HcParams{w.fn.f32(), w.base.f32(), w.scale.f32(), static_cast<int>(n), c.hc_sinkhorn_iters, c.hc_eps,
+                        c.rms_eps};
+    };
+    for (int l = 0; l < c.num_layers; ++l) {
+        const LayerWeights& L = weights_.layers[l];
+        be.hc_pre(x, post, comb, streams, hc(L.hc_attn));
+        be.rms_norm(xn, x, L.attn_norm.f32(), c.rms_eps);
+        attention(l, rows, xn, y);
+        debug_dump("l" + std::to_string(l) + ".attn", y);
+        be.hc_post(next, y, post, comb, streams);
+        std::swap(streams, next);
+
+        be.hc_pre(x, post, comb, streams, hc(L.hc_ffn));
+        be.rms_norm(xn, x, L.ffn_norm.f32(), c.rms_eps);
+        moe(l, rows, xn, y);
+        debug_dump("l" + std::to_string(l) + ".mlp", y);
+        be.hc_post(next, y, post, comb, streams);
+        std::swap(streams, next);
+        debug_dump("hidden." + std::to_string(l + 1), streams);
+    }
+    for (Rows::Seq& s : rows.seqs) s.state->num_tokens += s.n;
+
+    // Head: collapse the streams, norm, project the requested rows.
+    be.hc_head(x, streams, hc(weights_.hc_head));
+    Tensor selected = Tensor::f32(Shape{static_cast<int64_t>(logit_rows.size()), D});
+    for (size_t i = 0; i < logit_rows.size(); ++i)
+        std::memcpy(selected.f32() + i * D, x.f32() + logit_rows[i] * D, D * 4);
+    be.rms_norm(selected, selected, weights_.norm.f32(), c.rms_eps);
+    be.linear(logits, selected, weights_.head);
+    return logits;
+}
+
+// Emits the compressed entries whose windows close inside this chunk, then stores the chunk's projections
+// in the ring. kv, gate: [T, width] projections of all rows (this sequence's rows are used).
+void DeepseekV4Model::compress(int layer, const Rows& rows, size_t seq, bool indexer, TensorView kv,
+                               TensorView gate) {
+    const DeepseekV4Config& c = config_;
+    const Rows::Seq& s = rows.seqs[seq];
+    const LayerWeights& L = weights_.layers[layer];
+    const CompressorWeights& w = indexer ? L.indexer.compressor : L.compressor;
+    CompressorState& st = indexer ? s.state->layers[layer].indexer : s.state->layers[layer].compressor;
+    const bool overlap = c.attn[layer] == AttnKind::kCsa;
+    const int64_t m = c.compress_ratio[layer];
+    const int64_t cdim = indexer ? c.index_head_dim : c.head_dim;
+    const int64_t width = overlap ? 2 * cdim : cdim;
+    const int64_t ring = st.rows.dim(0);
+    const int64_t p0 = s.pos0, end = s.pos0 + s.n;
+    const float* kv_rows = kv.f32() + s.row0 * width;
+    const float* gate_rows = gate.f32() + s.row0 * width;
+    float* ring_rows = st.rows.f32();  // [ring, 2 * width]: kv then gate
+
+    auto kv_at = [&](int64_t pos) {
+        return pos >= p0 ? kv_rows + (pos - p0) * width : ring_rows + (pos % ring) * 2 * width;
+    };
+    auto gate_at = [&](int64_t pos) {
+        return pos >= p0 ? gate_rows + (pos - p0) * width : ring_rows + (pos % ring) * 2 * width + width;
+    };
+
+    const int64_t first = p0 / m, last = end / m;  // new entries [first, last)
+    if (last > first) {
+        const int64_t count = last - first, slots = overlap ? 2 * m : m;
+        Tensor slot_kv = Tensor::f32(Shape{count, slots, cdim}), slot_gate = Tensor::f32(Shape{count, slots, cdim});
+        std::vector<int32_t> entry_pos(count);
+        const float* ape = w.ape.f32();  // [m, width]
+        for (int64_t e = 0; e < count; ++e) {
+            const int64_t win = first + e;
+            entry_pos[e] = static_cast<int32_t>(win * m);
+            float* kd = slot_kv.f32() + e * slots * cdim;
+            float* gd = slot_gate.f32() + e * slots * cdim;
+            for (int64_t j = 0; j < m; ++j) {
+                // Current window: the second series for CSA (Cb), the only one for HCA.
+                const int64_t pos = win * m + j, off = overlap ? cdim : 0, slot = overlap ? m + j : j;
+                for (int64_t ch = 0; ch < cdim; ++ch) {
+                    kd[slot * cdim + ch] = kv_at(pos)[off + ch];
+                    gd[slot * cdim + ch] = gate_at(pos)[off + ch] + ape[j * width + off + ch];
+                }
+                if (!overlap) continue;
+                // Previous window's first series (Ca); empty before the first window.
+                for (int64_t ch = 0; ch < cdim; ++ch) {
+                    if (win == 0) {
+                        kd[j * cdim + ch] = 0;
+                        gd[j * cdim + ch] = kNegInf;
+                    } else {
+                        const int64_t prev = (win - 1) * m + j;
+                        kd[j * cdim + ch] = kv_at(prev)[ch];
+                        gd[j * cdim + ch] = gate_at(prev)[ch] + ape[j * width + ch];
+                    }
+                }
+            }
+        }
+        Tensor pooled = Tensor::f32(Shape{count, 1, cdim});
+        backend_.gated_pool(pooled, slot_kv, slot_gate);
+        backend_.rms_norm(pooled, pooled, w.norm.f32(), c.rms_eps);
+        backend_.rope(pooled, entry_pos.data(), compress_inv_freq_.data(), c.compress_rope.dim,
+                      static_cast<float>(c.compress_rope.attention_factor), false);
+        std::memcpy(st.entries.f32() + first * cdim, pooled.f32(), count * cdim * 4);
+    }
+    // Keep the last `ring` positions' projections for later chunks.
+    for (int64_t pos = std::max(p0, end - ring); pos < end; ++pos) {
+        float* dst = ring_rows + (pos % ring) * 2 * width;
+        std::memcpy(dst, kv_rows + (pos - p0) * width, width * 4);
+        std::memcpy(dst + width, gate_rows + (pos - p0) * width, width * 4);
+    }
+}
+
+void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, TensorView out) {
+    const DeepseekV4Config& c = config_;
+    Backend& be = backend_;
+    const LayerWeights& L = weights_.layers[layer];
+    const AttnKind kind = c.attn[layer];
+    const RopeSpec& rope = c.rope_for_layer(layer);
+    const float* inv_freq = kind == AttnKind::kSliding ? main_inv_freq_.data() : compress_inv_freq_.data();
+    const float af = static_cast<float>(rope.attention_factor);
+    const int64_t T = rows.total, H = c.num_heads, d = c.head_dim, W = c.window;
+    const int32_t* pos = rows.positions.data();
+
+    // Queries: low-rank, per-head unweighted RMS, RoPE on the last dims.
+    Tensor cq = Tensor::f32(Shape{T, c.q_lora_rank});
+    be.linear(cq, xn, L.wq_a);
+    be.rms_norm(cq, cq, L.q_norm.f32(), c.rms_eps);
+    Tensor q = Tensor::f32(Shape{T, H, d});
+    be.linear(q.view().reshape(Shape{T, H * d}), cq, L.wq_b);
+    be.rms_norm(q, q, nullptr, c.rms_eps);
+    be.rope(q, pos, inv_freq, rope.dim, af, false);
+    // The single K=V head.
+    Tensor kv = Tensor::f32(Shape{T, 1, d});
+    be.linear(kv.view().reshape(Shape{T, d}), xn, L.wkv);
+    be.rms_norm(kv, kv, L.kv_norm.f32(), c.rms_eps);
+    be.rope(kv, pos, inv_freq, rope.dim, af, false);
+
+    Tensor ckv, cgate, ikv, igate, iq, iw;
+    if (L.has_compressor) {
+        const int64_t width = c.compressor_width(layer);
+        ckv = Tensor::f32(Shape{T, width});
+        cgate = Tensor::f32(Shape{T, width});
+        be.linear(ckv, xn, L.compressor.wkv);
+        be.linear(cgate, xn, L.compressor.wgate);
+    }
+    if (L.has_indexer) {
+        const int64_t hi = c.index_heads, di = c.index_head_dim;
+        ikv = Tensor::f32(Shape{T, 2 * di});
+        igate = Tensor::f32(Shape{T, 2 * di});
+        be.linear(ikv, xn, L.indexer.compressor.wkv);
+        be.linear(igate, xn, L.indexer.compressor.wgate);
+        iq = Tensor::f32(Shape{T, hi, di});
+        be.linear(iq.view().reshape(Shape{T, hi * di}), cq, L.indexer.wq_b);
+        be.rope(iq, pos, compress_inv_freq_.data(), c.compress_rope.dim,
+                static_cast<float>(c.compress_rope.attention_factor), false);
+        iw = Tensor::f32(Shape{T, hi});
+        be.linear(iw, xn, L.indexer.weights_proj);
+        const float wscale = 1.0f / std::sqrt(static_cast<float>(hi));
+        for (int64_t i = 0; i < T * hi; ++i) iw.f32()[i] *= wscale;
+    }
+
+    Tensor o = Tensor::f32(Shape{T, H, d});
+    for (size_t si = 0; si < rows.seqs.size(); ++si) {
+        const Rows::Seq& s = rows.seqs[si];
+        if (s.n == 0) continue;
+        LayerState& st = s.state->layers[layer];
+        if (L.has_compressor) compress(layer, rows, si, false, ckv, cgate);
+        if (L.has_indexer) compress(layer, rows, si, true, ikv, igate);
+
+        // Key table: window rows before the chunk, the chunk's rows, then the compressed entries.
+        const int64_t p0 = s.pos0, end = s.pos0 + s.n;
+        const int64_t m = c.compress_ratio[layer];
+        const int64_t prev = std::min<int64_t>(p0, W - 1);
+        const int64_t entries = L.has_compressor ? end / m : 0;
+        Tensor keys = Tensor::f32(Shape{prev + s.n + entries, d});
+        const int64_t ring = st.window.dim(0);
+        for (int64_t p = p0 - prev; p < p0; ++p)
+            std::memcpy(keys.f32() + (p - (p0 - prev)) * d, st.window.f32() + (p % ring) * d, d * 4);
+        std::memcpy(keys.f32() + prev * d, kv.f32() + s.row0 * d, s.n * d * 4);
+        if (entries) std::memcpy(keys.f32() + (prev + s.n) * d, st.compressor.entries.f32(), entries * d * 4);
+
+        // CSA: the indexer picks at most index_topk of the visible entries per query.
+        Tensor scores;
+        if (L.has_indexer && entries) {
+            scores = Tensor::f32(Shape{s.n, entries});
+            TensorView qrows = iq.view().slice_rows(s.row0, s.row0 + s.n);
+            TensorView wrows = iw.view().slice_rows(s.row0, s.row0 + s.n);
+            be.indexer_scores(scores, qrows,
+                              TensorView(st.indexer.entries.data(), DType::kF32, Shape{entries, c.index_head_dim}),
+                              wrows, 1.0f / std::sqrt(static_cast<float>(c.index_head_dim)));
+            if (si == 0) debug_dump("l" + std::to_string(layer) + ".index_scores", scores);
+        }
+        std::vector<int32_t> offsets(s.n + 1, 0), indices;
+        std::vector<int32_t> order, picks;  // picks: the indexer's choices per query, -1 padded (debug dump)
+        for (int64_t t = 0; t < s.n; ++t) {
+            const int64_t p = p0 + t;
+            for (int64_t kp = std::max<int64_t>(0, p - W + 1); kp <= p; ++kp)
+                indices.push_back(static_cast<int32_t>(kp < p0 ? kp - (p0 - prev) : prev + kp - p0));
+            const int64_t visible = L.has_compressor ? (p + 1) / m : 0;
+            if (kind == AttnKind::kHca) {
+                for (int64_t e = 0; e < visible; ++e) indices.push_back(static_cast<int32_t>(prev + s.n + e));
+            } else if (kind == AttnKind::kCsa && visible > 0) {
+                order.resize(visible);
+                std::iota(order.begin(), order.end(), 0);
+                const float* sc = scores.f32() + t * entries;
+                const int64_t k = std::min<int64_t>(visible, c.index_topk);
+                if (k < visible)  // highest scores; ties to the lower index
+                    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+                        return sc[a] > sc[b] || (sc[a] == sc[b] && a < b);
+                    });
+                for (int64_t e = 0; e < k; ++e) indices.push_back(static_cast<int32_t>(prev + s.n + order[e]));
+                if (debug_dump_dir())
+                    for (int64_t e = 0; e < c.index_topk; ++e) picks.push_back(e < k ? order[e] : -1);
+            } else if (kind == AttnKind::kCsa && debug_dump_dir()) {
+                picks.insert(picks.end(), c.index_topk, -1);
+            }
+            offsets[t + 1] = static_cast<int32_t>(indices.size());
+        }
+        if (kind == AttnKind::kCsa && si == 0) debug_dump("l" + std::to_string(layer) + ".indexer", picks, c.index_topk);
+        be.sparse_attention(o.view().slice_rows(s.row0, s.row0 + s.n), q.view().slice_rows(s.row0, s.row0 + s.n),
+                            keys, offsets.data(), indices.data(), L.attn_sink.f32(),
+                            1.0f / std::sqrt(static_cast<float>(d)));
+
+        // Remember this chunk's K=V rows.
+        for (int64_t p = std::max(p0, end - ring); p < end; ++p)
+            std::memcpy(st.window.f32() + (p % ring) * d, kv.f32() + (s.row0 + p - p0) * d, d * 4);
+    }
+
+    // Undo the rotation that V (= K) carried into the output, then the grouped low-rank projection.
+    be.rope(o, pos, inv_freq, rope.dim, af, true);
+    Tensor z = Tensor::f32(Shape{T, static_cast<int64_t>(c.o_groups) * c.o_lora_rank});
+    be.grouped_linear(z, o.view().reshape(Shape{T, H * d}), L.wo_a, c.o_groups);
+    be.linear(out, z, L.wo_b);
+}
+
+void DeepseekV4Model::moe(int layer, const Rows& rows, TensorView xn, TensorView out) {
+    const DeepseekV4Config& c = config_;
+    Backend& be = backend_;
+    const LayerWeights& L = weights_.layers[layer];
+    const int64_t T = rows.total, D = c.hidden_size, E = c.n_routed_experts, K = c.experts_per_token;
+
+    // Routing: scores from the router, experts from tid2eid (hash) or the top-k of scores + bias.
+    Tensor router = Tensor::f32(Shape{T, E});
+    be.linear(router, xn, L.gate);
+    std::vector<int32_t> expert(T * K);
+    std::vector<float> weight(T * K);
+    be.pool().parallel_for(T, 16, [&](int64_t b, int64_t e) {
+        std::vector<float> s(E);
+        std::vector<int32_t> order(E);
+        for (int64_t r = b; r < e; ++r) {
+            const float* lg = router.f32() + r * E;
+            for (int64_t i = 0; i < E; ++i) s[i] = score_fn(c.scoring, lg[i]);
+            if (c.scoring == ScoringFunc::kSoftmax) {
+                const float mx = *std::max_element(s.begin(), s.end());
+                float sum = 0;
+                for (float& v : s) sum += (v = std::exp(v - mx));
+                for (float& v : s) v /= sum;
+            }
+            int32_t* sel = expert.data() + r * K;
+            if (c.route[layer] == RouteKind::kHash) {
+                std::memcpy(sel, L.tid2eid.data() + static_cast<int64_t>(rows.tokens[r]) * K, K * 4);
+            } else {
+                const float* bias = L.gate_bias.f32();
+                std::iota(order.begin(), order.end(), 0);
+                std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t bb) {
+                    const float va = s[a] + bias[a], vb = s[bb] + bias[bb];
+                    return va > vb || (va == vb && a < bb);
+                });
+                std::memcpy(sel, order.data(), K * 4);
+            }
+            float sum = 0;
+            for (int64_t k = 0; k < K; ++k) sum += s[sel[k]];
+            for (int64_t k = 0; k < K; ++k)
+                weight[r * K + k] = s[sel[k]] / (sum + 1e-20f) * static_cast<float>(c.routed_scaling);
+        }
+    });
+
+    // Routed experts: each expert runs once over the rows routed to it; results land per (row, slot).
+    Tensor routed = Tensor::f32(Shape{T * K, D});
+    std::vector<std::vector<int64_t>> slots_of(E);  // (row * K + slot) entries per expert
+    for (int64_t i = 0; i < T * K; ++i) slots_of[expert[i]].push_back(i);
+    for (int64_t e = 0; e < E; ++e) {
+        const std::vector<int64_t>& slots = slots_of[e];
+        if (slots.empty()) continue;
+        const int64_t ne = static_cast<int64_t>(slots.size());
+        const ExpertWeights& ew = L.experts[e];
+        Tensor xe = Tensor::f32(Shape{ne, D}), g = Tensor::f32(Shape{ne, c.moe_inter}),
+               u = Tensor::f32(Shape{ne, c.moe_inter}), ye = Tensor::f32(Shape{ne, D});
+        for (int64_t i = 0; i < ne; ++i) std::memcpy(xe.f32() + i * D, xn.f32() + (slots[i] / K) * D, D * 4);
+        be.linear(g, xe, ew.w1);
+        be.linear(u, xe, ew.w3);
+        be.swiglu(g, g, u, c.swiglu_limit);
+        be.linear(ye, g, ew.w2);
+        for (int64_t i = 0; i < ne; ++i) std::memcpy(routed.f32() + slots[i] * D, ye.f32() + i * D, D * 4);
+    }
+
+    // Shared expert over every row, then the weighted routed outputs in ascending expert order.
+    Tensor g = Tensor::f32(Shape{T, L.shared_inter}), u = Tensor::f32(Shape{T, L.shared_inter});
+    be.linear(g, xn, L.shared.w1);
+    be.linear(u, xn, L.shared.w3);
+    be.swiglu(g, g, u, c.swiglu_limit);
+    Tensor shared = Tensor::f32(Shape{T, D});
+    be.linear(shared, g, L.shared.w2);
+    float* o = out.f32();
+    be.pool().parallel_for(T, 16, [&](int64_t b, int64_t e) {
+        std::vector<int32_t> slot_order(K);
+        for (int64_t r = b; r < e; ++r) {
+            std::iota(slot_order.begin(), slot_order.end(), 0);
+            std::sort(slot_order.begin(), slot_order.end(),
+                      [&](int32_t a, int32_t bb) { return expert[r * K + a] < expert[r * K + bb]; });
+            float* orow = o + r * D;
+            for (int64_t i = 0; i < D; ++i) orow[i] = 0;
+            for (int32_t k : slot_order) {
+                const float wk = weight[r * K + k];
+                const float* yrow = routed.f32() + (r * K + k) * D;
+                for (int64_t i = 0; i < D; ++i) orow[i] += wk * yrow[i];
+            }
+            const float* srow = shared.f32() + r * D;
+            for (int64_t i = 0; i < D; ++i) orow[i] += srow[i];
+        }
+    });
+}
+
+}  // namespace deepinfer::dsv4

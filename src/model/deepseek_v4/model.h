@@ -1,0 +1,47 @@
+// DeepSeek-V4 (model_type "deepseek_v4"): the forward pass over backend ops, for a batch of sequences
+// each bringing any number of new tokens (prefill chunks and decode steps mix freely).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/deepseek_v4/config.h"
+#include "model/deepseek_v4/state.h"
+#include "model/deepseek_v4/weights.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+namespace deepinfer::dsv4 {
+
+class DeepseekV4Model final : public CausalLM {
+public:
+    DeepseekV4Model(const std::string& dir, const std::string& config_json, Backend& backend);
+
+    const ModelInfo& info() const override { return info_; }
+    const DeepseekV4Config& config() const { return config_; }
+    std::unique_ptr<ModelSequence> new_sequence(int64_t max_tokens) override;
+    Tensor forward(std::span<const SequenceInput> batch) override;
+
+    // The same forward on explicit states (the engine binds states to memory its KV manager owns).
+    struct StateInput {
+        SequenceState* state;
+        std::span<const int32_t> tokens;
+        int64_t logits_from;
+    };
+    Tensor forward_states(std::span<const StateInput> batch);
+
+private:
+    struct Rows;  // the batch flattened into rows
+    void attention(int layer, const Rows& rows, TensorView xn, TensorView out);
+    void moe(int layer, const Rows& rows, TensorView xn, TensorView out);
+    void compress(int layer, const Rows& rows, size_t seq, bool indexer, TensorView kv, TensorView gate);
+
+    DeepseekV4Config config_;
+    Checkpoint checkpoint_;
+    DeepseekV4Weights weights_;
+    Backend& backend_;
+    ModelInfo info_;
+    std::vector<float> main_inv_freq_, compress_inv_freq_;
+};
+
+}  // namespace deepinfer::dsv4

@@ -1,0 +1,49 @@
+// Test helpers: fixture paths, .npy loading and the error measure of the tolerance table.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/npy.h"
+
+namespace deepinfer::testing_support {
+
+inline std::string data_path(const std::string& rel) { return std::string(DI_TEST_DATA_DIR) + "/" + rel; }
+
+inline std::vector<float> load_f32(const std::string& path, std::vector<int64_t>* shape = nullptr) {
+    NpyArray a = read_npy(path);
+    if (shape) *shape = a.shape;
+    return a.to_f32();
+}
+
+inline std::vector<int32_t> load_i32(const std::string& path) {
+    std::vector<int32_t> out;
+    for (int64_t v : read_npy(path).to_i64()) out.push_back(static_cast<int32_t>(v));
+    return out;
+}
+
+// max |a - ref| / max |ref| over everything; NaN anywhere gives +inf (NaN never passes).
+inline double rel_error(const float* a, const float* ref, size_t n) {
+    double max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < n; ++i) {
+        if (std::isnan(a[i]) || std::isnan(ref[i])) return INFINITY;
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - ref[i])));
+        max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
+    }
+    return max_ref > 0 ? max_diff / max_ref : max_diff;
+}
+
+inline double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
+    return a.size() == ref.size() ? rel_error(a.data(), ref.data(), a.size()) : INFINITY;
+}
+
+// Length of the common prefix of two token sequences.
+inline size_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+    size_t n = 0;
+    while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+    return n;
+}
+
+}  // namespace deepinfer::testing_support
