@@ -1,0 +1,136 @@
+// Incremental state: rollback of the last k tokens, batching, and the state's size accounting.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "backend/backend.h"
+#include "model/deepseek_v4/model.h"
+#include "model/model.h"
+#include "support/checkpoint_edit.h"
+#include "support/npy_compare.h"
+
+namespace deepinfer {
+namespace {
+
+using namespace testing_support;
+
+class V4State : public ::testing::Test {
+protected:
+    void SetUp() override {
+        backend_ = create_backend("cpu", 2);
+        // Case c: HCA every 32 tokens, CSA every 4, window 32.
+        model_ = load_model(data_path("v4/v4_tiny_c"), *backend_);
+        ids_ = load_i32(data_path("v4/v4_tiny_c/ids.npy"));
+        vocab_ = model_->info().vocab_size;
+    }
+
+    std::vector<float> run(ModelSequence* seq, std::span<const int32_t> tokens, int64_t logits_from = 0) {
+        SequenceInput in{seq, tokens, logits_from};
+        Tensor t = model_->forward(std::span<const SequenceInput>(&in, 1));
+        return std::vector<float>(t.f32(), t.f32() + t.numel());
+    }
+
+    std::unique_ptr<Backend> backend_;
+    std::unique_ptr<CausalLM> model_;
+    std::vector<int32_t> ids_;
+    int64_t vocab_ = 0;
+};
+
+TEST_F(V4State, RollbackThenReplayIsBitwiseIdentical) {
+    // Prefill 92 tokens, then 8 more one by one: positions 92..99 close a CSA window at 95 and 99 and an
+    // HCA window at 95 (ratio 32), so rollback must un-emit compressed entries.
+    auto seq = model_->new_sequence(200);
+    run(seq.get(), std::span<const int32_t>(ids_.data(), 92), 91);
+    std::vector<std::vector<float>> first;
+    for (int i = 92; i < 100; ++i) first.push_back(run(seq.get(), std::span<const int32_t>(&ids_[i], 1)));
+    seq->truncate(92);
+    EXPECT_EQ(seq->num_tokens(), 92);
+    for (int i = 92; i < 100; ++i) {
+        const std::vector<float> again = run(seq.get(), std::span<const int32_t>(&ids_[i], 1));
+        EXPECT_EQ(std::memcmp(again.data(), first[i - 92].data(), again.size() * 4), 0) << "position " << i;
+    }
+}
+
+TEST_F(V4State, RollbackThenDifferentTokensMatchesAFreshSequence) {
+    auto seq = model_->new_sequence(200);
+    run(seq.get(), std::span<const int32_t>(ids_.data(), 100), 99);
+    seq->truncate(93);  // drop 7 tokens across a window boundary
+    std::vector<int32_t> alt = {5, 6, 7, 8, 9, 10, 11};
+    const std::vector<float> after_rollback = run(seq.get(), alt);
+
+    std::vector<int32_t> fresh_ids(ids_.begin(), ids_.begin() + 93);
+    fresh_ids.insert(fresh_ids.end(), alt.begin(), alt.end());
+    auto fresh = model_->new_sequence(200);
+    const std::vector<float> expected = run(fresh.get(), fresh_ids, 93);
+    EXPECT_LE(rel_error(after_rollback, expected), 1e-5);
+}
+
+TEST_F(V4State, RollbackBeyondTheLimitIsAnError) {
+    auto seq = model_->new_sequence(64);
+    run(seq.get(), std::span<const int32_t>(ids_.data(), 40), 39);
+    EXPECT_THROW(seq->truncate(40 - seq->max_rollback() - 1), Error);
+    EXPECT_THROW(seq->truncate(41), Error);
+    EXPECT_EQ(seq->num_tokens(), 40);
+}
+
+TEST_F(V4State, BatchedSequencesMatchSeparateRuns) {
+    // Three sequences at different stages in one forward: a prefill chunk, a decode step, a longer chunk.
+    std::vector<std::unique_ptr<ModelSequence>> batched, alone;
+    const int64_t warm[3] = {0, 70, 33}, step[3] = {50, 1, 40};
+    for (int s = 0; s < 3; ++s) {
+        batched.push_back(model_->new_sequence(200));
+        alone.push_back(model_->new_sequence(200));
+        if (warm[s]) {
+            run(batched[s].get(), std::span<const int32_t>(ids_.data() + 10 * s, warm[s]), warm[s] - 1);
+            run(alone[s].get(), std::span<const int32_t>(ids_.data() + 10 * s, warm[s]), warm[s] - 1);
+        }
+    }
+    std::vector<SequenceInput> inputs;
+    for (int s = 0; s < 3; ++s)
+        inputs.push_back({batched[s].get(), std::span<const int32_t>(ids_.data() + 10 * s + warm[s], step[s]), 0});
+    Tensor together = model_->forward(inputs);
+    int64_t row = 0;
+    for (int s = 0; s < 3; ++s) {
+        const std::vector<float> single = run(alone[s].get(), inputs[s].tokens);
+        EXPECT_LE(rel_error(together.f32() + row * vocab_, single.data(), single.size()), 1e-5) << "sequence " << s;
+        row += step[s];
+    }
+    EXPECT_EQ(row, together.dim(0));
+}
+
+TEST_F(V4State, SameSequenceTwiceInABatchIsRejected) {
+    auto seq = model_->new_sequence(16);
+    const std::vector<int32_t> t = {1, 2};
+    std::vector<SequenceInput> inputs = {{seq.get(), t, 0}, {seq.get(), t, 0}};
+    EXPECT_THROW(model_->forward(inputs), Error);
+    EXPECT_EQ(seq->num_tokens(), 0);
+}
+
+// The state size for the real V4-Flash shape: fp32 entries grow by 21 CSA layers x (512 + 128) / 4 and
+// 20 HCA layers x 512 / 128 floats per token.
+TEST(V4StateLayout, FlashBytesPerToken) {
+    const std::string cfg = R"({"model_type": "deepseek_v4", "vocab_size": 129280, "hidden_size": 4096,
+        "num_hidden_layers": 43, "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512,
+        "qk_rope_head_dim": 64, "q_lora_rank": 1024, "o_groups": 8, "o_lora_rank": 1024, "sliding_window": 128,
+        "compress_ratios": [0,0,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,
+                            4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,0],
+        "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512, "n_routed_experts": 256,
+        "num_experts_per_tok": 6, "moe_intermediate_size": 2048, "max_position_embeddings": 1048576,
+        "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
+                         "beta_fast": 32, "beta_slow": 1}})";
+    const dsv4::DeepseekV4Config c = dsv4::parse_deepseek_v4_config(cfg, "flash config");
+    EXPECT_EQ(c.compress_rope.dim, 64);
+    const std::vector<float> inv = dsv4::rope_inv_freq(c.compress_rope);
+    // YaRN bounds for Flash are low 15, high 25: dims below 15 keep the base frequency, above 25 are /16.
+    EXPECT_FLOAT_EQ(inv[10], 1.0f / std::pow(160000.0f, 20.0f / 64.0f));
+    EXPECT_NEAR(inv[30], 1.0f / (16.0f * std::pow(160000.0f, 60.0f / 64.0f)), 1e-12);
+    const int64_t len = 1 << 16;
+    const dsv4::StateLayout layout = dsv4::state_layout(c, len);
+    const double per_token = 4.0 * (21 * (512 + 128) / 4.0 + 20 * 512 / 128.0);
+    EXPECT_NEAR(layout.bytes_per_token(), per_token, per_token * 0.01);
+    std::printf("V4-Flash fp32 state: %.0f bytes/token + %.1f MiB fixed per sequence\n", layout.bytes_per_token(),
+                layout.fixed_bytes() / 1048576.0);
+}
+
+}  // namespace
+}  // namespace deepinfer
