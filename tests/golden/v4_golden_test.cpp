@@ -27,6 +27,8 @@ struct Case {
     double gen_prefix;    // required greedy prefix agreement with gen.npy (fraction)
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 const Case kCases[] = {
     {"v4_tiny_a", 1e-3, 1.0},
     {"v4_tiny_b_bf16", 3e-2, 0.95},
