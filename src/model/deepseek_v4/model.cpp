@@ -153,21 +153,20 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
         return HcParams{w.fn.f32(), w.base.f32(), w.scale.f32(), static_cast<int>(n), c.hc_sinkhorn_iters, c.hc_eps,
                         c.rms_eps};
     };
+    // One sublayer wrapped in mHC: collapse the streams, norm, run, expand back into the streams.
+    auto sublayer = [&](const HcWeights& hc_w, const Tensor& norm, const std::string& name, auto&& body) {
+        be.hc_pre(x, post, comb, streams, hc(hc_w));
+        be.rms_norm(xn, x, norm.f32(), c.rms_eps);
+        body(xn.view(), y.view());
+        debug_dump(name, y);
+        be.hc_post(next, y, post, comb, streams);
+        std::swap(streams, next);
+    };
     for (int l = 0; l < c.num_layers; ++l) {
         const LayerWeights& L = weights_.layers[l];
-        be.hc_pre(x, post, comb, streams, hc(L.hc_attn));
-        be.rms_norm(xn, x, L.attn_norm.f32(), c.rms_eps);
-        attention(l, rows, xn, y);
-        debug_dump("l" + std::to_string(l) + ".attn", y);
-        be.hc_post(next, y, post, comb, streams);
-        std::swap(streams, next);
-
-        be.hc_pre(x, post, comb, streams, hc(L.hc_ffn));
-        be.rms_norm(xn, x, L.ffn_norm.f32(), c.rms_eps);
-        moe(l, rows, xn, y);
-        debug_dump("l" + std::to_string(l) + ".mlp", y);
-        be.hc_post(next, y, post, comb, streams);
-        std::swap(streams, next);
+        const std::string tag = "l" + std::to_string(l);
+        sublayer(L.hc_attn, L.attn_norm, tag + ".attn", [&](TensorView in, TensorView out) { attention(l, rows, in, out); });
+        sublayer(L.hc_ffn, L.ffn_norm, tag + ".mlp", [&](TensorView in, TensorView out) { moe(l, rows, in, out); });
         debug_dump("hidden." + std::to_string(l + 1), streams);
     }
     for (Rows::Seq& s : rows.seqs) s.state->num_tokens += s.n;
