@@ -8,6 +8,20 @@
 
 namespace deepinfer {
 
+size_t StateSpec::ring_bytes() const {
+    size_t n = 0;
+    for (const StateBufferSpec& b : buffers)
+        if (b.ring_rows > 0) n += static_cast<size_t>(b.ring_rows * b.row_elems) * 4;
+    return n;
+}
+
+double StateSpec::paged_bytes_per_token() const {
+    double n = 0;
+    for (const StateBufferSpec& b : buffers)
+        if (b.tokens_per_row > 0) n += 4.0 * static_cast<double>(b.row_elems) / static_cast<double>(b.tokens_per_row);
+    return n;
+}
+
 std::unique_ptr<CausalLM> load_model(const std::string& dir, Backend& backend) {
     const std::string config_path = path_join(dir, "config.json");
     DI_CHECK(file_exists(dir), "model directory ", dir, " does not exist");

@@ -25,12 +25,49 @@ struct ModelInfo {
     std::string description;  // multi-line summary of the hyper-parameters
 };
 
+// A growing per-sequence buffer kept in fixed-size blocks: row i lives in blocks[i / rows_per_block].
+struct PagedRows {
+    std::vector<float*> blocks;
+    int64_t rows_per_block = 0;
+    int64_t row_elems = 0;  // f32 elements per row
+
+    float* row(int64_t i) const { return blocks[i / rows_per_block] + (i % rows_per_block) * row_elems; }
+    int64_t capacity_rows() const { return static_cast<int64_t>(blocks.size()) * rows_per_block; }
+};
+
+// One buffer of a sequence's state: either a ring allocated once with the sequence, or a paged buffer that
+// grows by one row per `tokens_per_row` tokens.
+struct StateBufferSpec {
+    std::string name;            // e.g. "l3.window", "l2.compressed"
+    int64_t row_elems = 0;       // f32 elements per row
+    int64_t ring_rows = 0;       // > 0: a ring of this many rows
+    int64_t tokens_per_row = 0;  // > 0: paged, rows needed for n tokens = n / tokens_per_row
+
+    int64_t rows_for(int64_t tokens) const { return tokens_per_row > 0 ? tokens / tokens_per_row : ring_rows; }
+};
+
+struct StateSpec {
+    std::vector<StateBufferSpec> buffers;
+    size_t ring_bytes() const;                // per sequence, independent of its length
+    double paged_bytes_per_token() const;     // growth of the paged buffers
+};
+
+// Memory for one sequence's state, one entry per StateSpec buffer (in order): a ring view [ring_rows,
+// row_elems] f32 for ring buffers, paged blocks for paged ones (the other member left empty).
+struct SequenceMemory {
+    std::vector<TensorView> rings;
+    std::vector<PagedRows> pages;
+};
+
 // One sequence's model state (K/V rows, compressor inputs, compressed entries, ...).
 class ModelSequence {
 public:
     virtual ~ModelSequence() = default;
     virtual int64_t num_tokens() const = 0;
+    // Tokens the sequence can hold with its current memory (a forward past it is an Error).
     virtual int64_t capacity() const = 0;
+    // The memory the state lives in; a KV manager appends blocks to the paged buffers to grow capacity.
+    virtual SequenceMemory& memory() = 0;
     // Forgets the last num_tokens() - new_len tokens (at most max_rollback()).
     virtual void truncate(int64_t new_len) = 0;
     virtual int max_rollback() const = 0;
@@ -48,6 +85,11 @@ class CausalLM {
 public:
     virtual ~CausalLM() = default;
     virtual const ModelInfo& info() const = 0;
+    // The buffers one sequence's state needs (for a KV manager to allocate).
+    virtual const StateSpec& state_spec() const = 0;
+    // A sequence over caller-owned memory (laid out as state_spec() says).
+    virtual std::unique_ptr<ModelSequence> new_sequence(SequenceMemory memory) = 0;
+    // A sequence that owns memory for up to max_tokens tokens.
     virtual std::unique_ptr<ModelSequence> new_sequence(int64_t max_tokens) = 0;
     // Advances every sequence by its tokens and returns the requested logits, [rows, vocab] f32, in batch
     // order. Sequences must be distinct; bad token ids or capacity overflows throw Error before any state

@@ -18,20 +18,40 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// A ModelSequence that owns its state memory.
-class OwnedSequence final : public ModelSequence {
+// A DeepSeek-V4 sequence: its state over memory it owns or memory a KV manager gave it.
+class V4Sequence final : public ModelSequence {
 public:
-    OwnedSequence(const DeepseekV4Config& config, int64_t max_tokens) : owned_(config, max_tokens) {}
-    int64_t num_tokens() const override { return state().num_tokens; }
-    int64_t capacity() const override { return state().max_tokens; }
-    void truncate(int64_t new_len) override { truncate_state(owned_.state(), new_len); }
+    V4Sequence(const DeepseekV4Config& config, const StateSpec& spec, int64_t max_tokens)
+        : owned_(std::make_unique<OwnedSequenceState>(config, spec, max_tokens)),
+          memory_(&owned_->memory()),
+          state_(&owned_->state()) {}
+    V4Sequence(const DeepseekV4Config& config, const StateSpec& spec, SequenceMemory memory)
+        : external_(std::move(memory)), memory_(&external_) {
+        bound_ = bind_state(config, spec, external_);
+        state_ = &bound_;
+    }
+    V4Sequence(const V4Sequence&) = delete;
+    V4Sequence& operator=(const V4Sequence&) = delete;
+
+    int64_t num_tokens() const override { return state_->num_tokens; }
+    int64_t capacity() const override { return state_->capacity(); }
+    SequenceMemory& memory() override { return *memory_; }
+    void truncate(int64_t new_len) override { truncate_state(*state_, new_len); }
     int max_rollback() const override { return kMaxRollback; }
-    size_t state_bytes() const override { return owned_.bytes(); }
-    SequenceState& state() { return owned_.state(); }
-    const SequenceState& state() const { return owned_.state(); }
+    size_t state_bytes() const override {
+        size_t n = 0;
+        for (const TensorView& v : memory_->rings) n += v.nbytes();
+        for (const PagedRows& p : memory_->pages) n += p.blocks.size() * p.rows_per_block * p.row_elems * 4;
+        return n;
+    }
+    SequenceState& state() { return *state_; }
 
 private:
-    OwnedSequenceState owned_;
+    std::unique_ptr<OwnedSequenceState> owned_;
+    SequenceMemory external_;
+    SequenceMemory* memory_;
+    SequenceState bound_;
+    SequenceState* state_ = nullptr;
 };
 
 // DEEPINFER_DEBUG_DUMP=DIR writes intermediate tensors of each forward call as DIR/<name>.npy, to compare
@@ -91,18 +111,23 @@ DeepseekV4Model::DeepseekV4Model(const std::string& dir, const std::string& conf
     info_.eos_token_ids = config_.eos_token_ids;
     info_.weight_bytes = weights_.stored_bytes;
     info_.description = config_.describe();
+    state_spec_ = dsv4::state_spec(config_);
     main_inv_freq_ = rope_inv_freq(config_.main_rope);
     compress_inv_freq_ = rope_inv_freq(config_.compress_rope);
 }
 
 std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(int64_t max_tokens) {
-    return std::make_unique<OwnedSequence>(config_, max_tokens);
+    return std::make_unique<V4Sequence>(config_, state_spec_, max_tokens);
+}
+
+std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(SequenceMemory memory) {
+    return std::make_unique<V4Sequence>(config_, state_spec_, std::move(memory));
 }
 
 Tensor DeepseekV4Model::forward(std::span<const SequenceInput> batch) {
     std::vector<StateInput> states;
     for (const SequenceInput& in : batch) {
-        auto* seq = dynamic_cast<OwnedSequence*>(in.seq);
+        auto* seq = dynamic_cast<V4Sequence*>(in.seq);
         DI_CHECK(seq, "forward: sequence does not belong to a DeepSeek-V4 model");
         states.push_back({&seq->state(), in.tokens, in.logits_from});
     }
@@ -121,8 +146,8 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
     for (const StateInput& in : batch) {
         DI_CHECK(in.state && seen.insert(in.state).second, "forward: a sequence appears twice in one batch");
         const int64_t len = static_cast<int64_t>(in.tokens.size());
-        DI_CHECK(in.state->num_tokens + len <= in.state->max_tokens, "sequence capacity exceeded: ",
-                 in.state->num_tokens, " + ", len, " tokens > ", in.state->max_tokens);
+        DI_CHECK(in.state->num_tokens + len <= in.state->capacity(), "sequence capacity exceeded: ",
+                 in.state->num_tokens, " + ", len, " tokens > ", in.state->capacity());
         DI_CHECK(in.state->layers.size() == static_cast<size_t>(c.num_layers), "forward: state has ",
                  in.state->layers.size(), " layers, model has ", c.num_layers);
         DI_CHECK(in.logits_from >= 0 && in.logits_from <= len, "forward: logits_from out of range");
@@ -244,7 +269,7 @@ void DeepseekV4Model::compress(int layer, const Rows& rows, size_t seq, bool ind
         backend_.rms_norm(pooled, pooled, w.norm.f32(), c.rms_eps);
         backend_.rope(pooled, entry_pos.data(), compress_inv_freq_.data(), c.compress_rope.dim,
                       static_cast<float>(c.compress_rope.attention_factor), false);
-        std::memcpy(st.entries.f32() + first * cdim, pooled.f32(), count * cdim * 4);
+        for (int64_t e = 0; e < count; ++e) std::memcpy(st.entries->row(first + e), pooled.f32() + e * cdim, cdim * 4);
     }
     // Keep the last `ring` positions' projections for later chunks.
     for (int64_t pos = std::max(p0, end - ring); pos < end; ++pos) {
@@ -321,17 +346,19 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         for (int64_t p = p0 - prev; p < p0; ++p)
             std::memcpy(keys.f32() + (p - (p0 - prev)) * d, st.window.f32() + (p % ring) * d, d * 4);
         std::memcpy(keys.f32() + prev * d, kv.f32() + s.row0 * d, s.n * d * 4);
-        if (entries) std::memcpy(keys.f32() + (prev + s.n) * d, st.compressor.entries.f32(), entries * d * 4);
+        for (int64_t e = 0; e < entries; ++e)
+            std::memcpy(keys.f32() + (prev + s.n + e) * d, st.compressor.entries->row(e), d * 4);
 
         // CSA: the indexer picks at most index_topk of the visible entries per query.
         Tensor scores;
         if (L.has_indexer && entries) {
             scores = Tensor::f32(Shape{s.n, entries});
+            Tensor index_keys = Tensor::f32(Shape{entries, c.index_head_dim});
+            for (int64_t e = 0; e < entries; ++e)
+                std::memcpy(index_keys.f32() + e * c.index_head_dim, st.indexer.entries->row(e), c.index_head_dim * 4);
             TensorView qrows = iq.view().slice_rows(s.row0, s.row0 + s.n);
             TensorView wrows = iw.view().slice_rows(s.row0, s.row0 + s.n);
-            be.indexer_scores(scores, qrows,
-                              TensorView(st.indexer.entries.data(), DType::kF32, Shape{entries, c.index_head_dim}),
-                              wrows, 1.0f / std::sqrt(static_cast<float>(c.index_head_dim)));
+            be.indexer_scores(scores, qrows, index_keys, wrows, 1.0f / std::sqrt(static_cast<float>(c.index_head_dim)));
             if (si == 0) debug_dump("l" + std::to_string(layer) + ".index_scores", scores);
         }
         std::vector<int32_t> offsets(s.n + 1, 0), indices;

@@ -18,19 +18,19 @@ public:
     DeepseekV4Model(const std::string& dir, const std::string& config_json, Backend& backend);
 
     const ModelInfo& info() const override { return info_; }
+    const StateSpec& state_spec() const override { return state_spec_; }
     const DeepseekV4Config& config() const { return config_; }
+    std::unique_ptr<ModelSequence> new_sequence(SequenceMemory memory) override;
     std::unique_ptr<ModelSequence> new_sequence(int64_t max_tokens) override;
     Tensor forward(std::span<const SequenceInput> batch) override;
 
-    // The same forward on explicit states (the engine binds states to memory its KV manager owns).
+private:
     struct StateInput {
         SequenceState* state;
         std::span<const int32_t> tokens;
         int64_t logits_from;
     };
     Tensor forward_states(std::span<const StateInput> batch);
-
-private:
     struct Rows;  // the batch flattened into rows
     void attention(int layer, const Rows& rows, TensorView xn, TensorView out);
     void moe(int layer, const Rows& rows, TensorView xn, TensorView out);
@@ -41,6 +41,7 @@ private:
     DeepseekV4Weights weights_;
     Backend& backend_;
     ModelInfo info_;
+    StateSpec state_spec_;
     std::vector<float> main_inv_freq_, compress_inv_freq_;
 };
 

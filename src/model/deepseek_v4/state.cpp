@@ -1,70 +1,66 @@
 #include "model/deepseek_v4/state.h"
 
+#include <limits>
+#include <string>
+
 #include "deepinfer/error.h"
 
 namespace deepinfer::dsv4 {
 
-int window_ring_rows(const DeepseekV4Config& c) { return c.window + kMaxRollback; }
-
-int compressor_ring_rows(const DeepseekV4Config& c, int layer) {
-    // CSA pools the previous window too, so it needs two windows of inputs.
-    const int windows = c.attn[layer] == AttnKind::kCsa ? 2 : 1;
-    return windows * c.compress_ratio[layer] + kMaxRollback;
-}
-
-StateLayout state_layout(const DeepseekV4Config& c, int64_t max_tokens) {
-    DI_CHECK(max_tokens > 0, "state capacity must be positive");
-    StateLayout layout;
-    layout.max_tokens = max_tokens;
+StateSpec state_spec(const DeepseekV4Config& c) {
+    StateSpec spec;
     for (int l = 0; l < c.num_layers; ++l) {
-        layout.buffers.push_back({l, StateBufferKind::kWindow, Shape{window_ring_rows(c), c.head_dim}});
+        const std::string p = "l" + std::to_string(l) + ".";
+        spec.buffers.push_back({p + "window", c.head_dim, c.window + kMaxRollback, 0});
         if (c.attn[l] == AttnKind::kSliding) continue;
-        const int64_t entries = max_tokens / c.compress_ratio[l] + 1;
-        const int ring = compressor_ring_rows(c, l);
-        layout.buffers.push_back({l, StateBufferKind::kCompressorRows, Shape{ring, 2 * c.compressor_width(l)}});
-        layout.buffers.push_back({l, StateBufferKind::kCompressorEntries, Shape{entries, c.head_dim}});
+        const int64_t m = c.compress_ratio[l];
+        // CSA pools the previous window too, so its ring holds two windows of inputs.
+        const int64_t ring = (c.attn[l] == AttnKind::kCsa ? 2 : 1) * m + kMaxRollback;
+        spec.buffers.push_back({p + "compressor_inputs", 2 * c.compressor_width(l), ring, 0});
+        spec.buffers.push_back({p + "compressed", c.head_dim, 0, m});
         if (c.attn[l] != AttnKind::kCsa) continue;
-        layout.buffers.push_back({l, StateBufferKind::kIndexerRows, Shape{ring, 4 * c.index_head_dim}});
-        layout.buffers.push_back({l, StateBufferKind::kIndexerEntries, Shape{entries, c.index_head_dim}});
+        spec.buffers.push_back({p + "indexer_inputs", 4 * c.index_head_dim, ring, 0});
+        spec.buffers.push_back({p + "index_keys", c.index_head_dim, 0, m});
     }
-    return layout;
+    return spec;
 }
 
-size_t StateLayout::total_bytes() const {
-    size_t n = 0;
-    for (const StateBuffer& b : buffers) n += b.bytes();
-    return n;
+int64_t SequenceState::capacity() const {
+    int64_t cap = token_limit;
+    for (size_t i = 0; i < spec->buffers.size(); ++i) {
+        const StateBufferSpec& b = spec->buffers[i];
+        if (b.tokens_per_row == 0) continue;
+        // rows_for(n) = n / tokens_per_row must not exceed the rows present.
+        cap = std::min(cap, (memory->pages[i].capacity_rows() + 1) * b.tokens_per_row - 1);
+    }
+    return cap;
 }
 
-size_t StateLayout::fixed_bytes() const {
-    size_t n = 0;
-    for (const StateBuffer& b : buffers)
-        if (b.kind != StateBufferKind::kCompressorEntries && b.kind != StateBufferKind::kIndexerEntries) n += b.bytes();
-    return n;
-}
-
-double StateLayout::bytes_per_token() const {
-    return static_cast<double>(total_bytes() - fixed_bytes()) / static_cast<double>(max_tokens);
-}
-
-SequenceState bind_state(const StateLayout& layout, const std::vector<TensorView>& memory, int num_layers) {
-    DI_ICHECK(memory.size() == layout.buffers.size(), "state memory has ", memory.size(), " buffers, layout ",
-              layout.buffers.size());
+SequenceState bind_state(const DeepseekV4Config& c, const StateSpec& spec, const SequenceMemory& memory) {
+    DI_CHECK(memory.rings.size() == spec.buffers.size() && memory.pages.size() == spec.buffers.size(),
+             "state memory has ", memory.rings.size(), " buffers, the model needs ", spec.buffers.size());
     SequenceState s;
-    s.max_tokens = layout.max_tokens;
-    s.layers.resize(num_layers);
-    for (size_t i = 0; i < memory.size(); ++i) {
-        const StateBuffer& b = layout.buffers[i];
-        DI_ICHECK(memory[i].dtype() == DType::kF32 && memory[i].numel() == b.shape.numel(), "state buffer ", i,
-                  " has the wrong size");
-        TensorView v = memory[i].reshape(b.shape);
-        LayerState& L = s.layers[b.layer];
-        switch (b.kind) {
-            case StateBufferKind::kWindow: L.window = v; break;
-            case StateBufferKind::kCompressorRows: L.compressor.rows = v; break;
-            case StateBufferKind::kCompressorEntries: L.compressor.entries = v; break;
-            case StateBufferKind::kIndexerRows: L.indexer.rows = v; break;
-            case StateBufferKind::kIndexerEntries: L.indexer.entries = v; break;
+    s.memory = &memory;
+    s.spec = &spec;
+    s.layers.resize(c.num_layers);
+    for (size_t i = 0; i < spec.buffers.size(); ++i) {
+        const StateBufferSpec& b = spec.buffers[i];
+        const int layer = std::stoi(b.name.substr(1));
+        const std::string kind = b.name.substr(b.name.find('.') + 1);
+        LayerState& L = s.layers[layer];
+        if (b.ring_rows > 0) {
+            const TensorView& v = memory.rings[i];
+            DI_CHECK(v.dtype() == DType::kF32 && v.numel() == b.ring_rows * b.row_elems, "state buffer ", b.name,
+                     " must be f32 [", b.ring_rows, ", ", b.row_elems, "]");
+            const TensorView ring = v.reshape(Shape{b.ring_rows, b.row_elems});
+            if (kind == "window") L.window = ring;
+            else if (kind == "compressor_inputs") L.compressor.rows = ring;
+            else L.indexer.rows = ring;
+        } else {
+            const PagedRows& p = memory.pages[i];
+            DI_CHECK(p.row_elems == b.row_elems && p.rows_per_block > 0, "state buffer ", b.name, " must have rows of ",
+                     b.row_elems, " floats");
+            (kind == "compressed" ? L.compressor.entries : L.indexer.entries) = &p;
         }
     }
     return s;
@@ -78,14 +74,23 @@ void truncate_state(SequenceState& state, int64_t new_len) {
     state.num_tokens = new_len;
 }
 
-OwnedSequenceState::OwnedSequenceState(const DeepseekV4Config& config, int64_t max_tokens)
-    : layout_(state_layout(config, max_tokens)) {
-    std::vector<TensorView> views;
-    for (const StateBuffer& b : layout_.buffers) {
-        memory_.emplace_back(DType::kF32, b.shape);
-        views.push_back(memory_.back().view());
+OwnedSequenceState::OwnedSequenceState(const DeepseekV4Config& config, const StateSpec& spec, int64_t max_tokens) {
+    DI_CHECK(max_tokens > 0, "state capacity must be positive");
+    memory_.rings.resize(spec.buffers.size());
+    memory_.pages.resize(spec.buffers.size());
+    for (size_t i = 0; i < spec.buffers.size(); ++i) {
+        const StateBufferSpec& b = spec.buffers[i];
+        const int64_t rows = b.ring_rows > 0 ? b.ring_rows : b.rows_for(max_tokens) + 1;
+        buffers_.emplace_back(DType::kF32, Shape{rows, b.row_elems});
+        bytes_ += buffers_.back().nbytes();
+        if (b.ring_rows > 0) {
+            memory_.rings[i] = buffers_.back().view();
+        } else {
+            memory_.pages[i] = PagedRows{{buffers_.back().f32()}, rows, b.row_elems};
+        }
     }
-    state_ = bind_state(layout_, views, config.num_layers);
+    state_ = bind_state(config, spec, memory_);
+    state_.token_limit = max_tokens;
 }
 
 }  // namespace deepinfer::dsv4

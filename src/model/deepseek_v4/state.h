@@ -1,84 +1,75 @@
 // Per-sequence DeepSeek-V4 state: everything decoding needs from earlier tokens, in plain tensor views
-// (no model object), so a KV manager can own the memory and hand it to the model.
+// over memory the caller provides (a KV manager, or OwnedSequenceState), with no model object inside.
 //
-// Per layer: the window ring of K=V rows; for CSA/HCA layers the compressor's per-position inputs
-// (a ring holding the last windows' projections, as vLLM keeps them) and the compressed entries; for CSA
-// layers the same for the indexer (its entries are the indexer keys). Rings are indexed by absolute
-// position modulo their capacity and hold kMaxRollback spare rows, so the last k <= kMaxRollback tokens
-// can be dropped (speculative decoding) without recomputing anything: truncate_state() only moves
-// num_tokens back; stale rows and entries are rewritten when those positions come again.
+// Per layer: the window ring of K=V rows; for CSA/HCA layers the compressor's per-position inputs (a ring
+// holding the last windows' projections, as vLLM keeps them) and the compressed entries (paged: they grow
+// by one row per `ratio` tokens); for CSA layers the same for the indexer, whose entries are the indexer
+// keys. Rings are indexed by absolute position modulo their capacity and hold kMaxRollback spare rows, so
+// the last k <= kMaxRollback tokens can be dropped (speculative decoding) without recomputing anything:
+// truncate_state() only moves num_tokens back; stale rows and entries are rewritten when those positions
+// come again.
 #pragma once
 
 #include <cstdint>
-#include <string>
+#include <climits>
 #include <vector>
 
 #include "core/tensor.h"
 #include "model/deepseek_v4/config.h"
+#include "model/model.h"
 
 namespace deepinfer::dsv4 {
 
 constexpr int kMaxRollback = 8;
 
 struct CompressorState {
-    TensorView rows;     // [ring, 2 * width] f32: per position, the kv projection then the gate projection
-    TensorView entries;  // [max_entries, c] f32: compressed entries (after norm and RoPE)
+    TensorView rows;              // ring [ring, 2 * width] f32: per position, the kv then the gate projection
+    const PagedRows* entries = nullptr;  // compressed entries [c] f32 (after norm and RoPE), one per window
 };
 
 struct LayerState {
-    TensorView window;           // [window ring, d] f32: K=V rows by position (after norm and RoPE)
+    TensorView window;           // ring [window + kMaxRollback, d] f32: K=V rows by position
     CompressorState compressor;  // CSA/HCA layers
-    CompressorState indexer;     // CSA layers: entries are the indexer keys [max_entries, index_head_dim]
+    CompressorState indexer;     // CSA layers: entries are the indexer keys [index_head_dim]
 };
 
 struct SequenceState {
     int64_t num_tokens = 0;  // tokens whose effects the state holds
-    int64_t max_tokens = 0;  // capacity (compressed entries are sized for it)
+    int64_t token_limit = INT64_MAX;  // an upper bound set by the memory's owner (OwnedSequenceState: max_tokens)
     std::vector<LayerState> layers;
+    const SequenceMemory* memory = nullptr;
+    const StateSpec* spec = nullptr;
+
+    // Tokens the paged buffers can hold now.
+    int64_t capacity() const;
 };
 
-enum class StateBufferKind { kWindow, kCompressorRows, kCompressorEntries, kIndexerRows, kIndexerEntries };
+// The buffers of one sequence: per layer the window ring, then for CSA/HCA layers the compressor ring and
+// its paged entries, then for CSA layers the indexer ring and its paged keys.
+StateSpec state_spec(const DeepseekV4Config& config);
 
-struct StateBuffer {
-    int layer;
-    StateBufferKind kind;
-    Shape shape;  // f32
-    size_t bytes() const { return static_cast<size_t>(shape.numel()) * 4; }
-};
-
-// The buffers one sequence of up to max_tokens needs, in a fixed order.
-struct StateLayout {
-    int64_t max_tokens = 0;
-    std::vector<StateBuffer> buffers;
-    size_t total_bytes() const;
-    size_t fixed_bytes() const;              // window and compressor rings (independent of length)
-    double bytes_per_token() const;          // growth of the compressed entries per token
-};
-
-StateLayout state_layout(const DeepseekV4Config& config, int64_t max_tokens);
-
-// Views the layout's buffers in `memory` (one view per buffer, same order and shapes).
-SequenceState bind_state(const StateLayout& layout, const std::vector<TensorView>& memory, int num_layers);
+// Views the memory (laid out as `spec`) as a state with num_tokens = 0.
+SequenceState bind_state(const DeepseekV4Config& config, const StateSpec& spec, const SequenceMemory& memory);
 
 // Drops the last (num_tokens - new_len) tokens; at most kMaxRollback.
 void truncate_state(SequenceState& state, int64_t new_len);
 
-// A state that owns its memory (for the CLI and tests; the engine's KV manager owns memory itself).
+// A state that owns contiguous memory for up to max_tokens tokens (CLI, tests).
 class OwnedSequenceState {
 public:
-    OwnedSequenceState(const DeepseekV4Config& config, int64_t max_tokens);
+    OwnedSequenceState(const DeepseekV4Config& config, const StateSpec& spec, int64_t max_tokens);
+    OwnedSequenceState(const OwnedSequenceState&) = delete;
+    OwnedSequenceState& operator=(const OwnedSequenceState&) = delete;
     SequenceState& state() { return state_; }
     const SequenceState& state() const { return state_; }
-    size_t bytes() const { return layout_.total_bytes(); }
+    SequenceMemory& memory() { return memory_; }
+    size_t bytes() const { return bytes_; }
 
 private:
-    StateLayout layout_;
-    std::vector<Tensor> memory_;
+    std::vector<Tensor> buffers_;
+    SequenceMemory memory_;
     SequenceState state_;
+    size_t bytes_ = 0;
 };
-
-// Ring capacities (rows).
-int window_ring_rows(const DeepseekV4Config& config);
-int compressor_ring_rows(const DeepseekV4Config& config, int layer);
 
 }  // namespace deepinfer::dsv4

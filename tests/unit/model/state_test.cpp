@@ -5,6 +5,7 @@
 
 #include "backend/backend.h"
 #include "model/deepseek_v4/model.h"
+#include "model/deepseek_v4/state.h"
 #include "model/model.h"
 #include "support/checkpoint_edit.h"
 #include "support/npy_compare.h"
@@ -98,6 +99,48 @@ TEST_F(V4State, BatchedSequencesMatchSeparateRuns) {
     EXPECT_EQ(row, together.dim(0));
 }
 
+// A sequence over caller-owned memory whose paged buffers grow 3 rows at a time, as a KV manager would grow
+// them, computes exactly what a sequence with one contiguous buffer computes.
+TEST_F(V4State, PagedMemoryGrownBetweenChunksMatchesOwnedMemory) {
+    const StateSpec& spec = model_->state_spec();
+    std::vector<std::unique_ptr<float[]>> storage;
+    SequenceMemory memory;
+    memory.rings.resize(spec.buffers.size());
+    memory.pages.resize(spec.buffers.size());
+    for (size_t i = 0; i < spec.buffers.size(); ++i) {
+        const StateBufferSpec& b = spec.buffers[i];
+        if (b.ring_rows > 0) {
+            storage.emplace_back(new float[b.ring_rows * b.row_elems]());
+            memory.rings[i] = TensorView(storage.back().get(), DType::kF32, Shape{b.ring_rows, b.row_elems});
+        } else {
+            memory.pages[i] = PagedRows{{}, 3, b.row_elems};
+        }
+    }
+    auto paged = model_->new_sequence(std::move(memory));
+    auto owned = model_->new_sequence(400);
+    const int64_t chunks[] = {37, 1, 64, 5, 93};
+    int64_t pos = 0;
+    for (int64_t n : chunks) {
+        SequenceMemory& mem = paged->memory();
+        for (size_t i = 0; i < spec.buffers.size(); ++i) {
+            PagedRows& p = mem.pages[i];
+            while (spec.buffers[i].tokens_per_row > 0 && p.capacity_rows() < spec.buffers[i].rows_for(pos + n)) {
+                storage.emplace_back(new float[p.rows_per_block * p.row_elems]());
+                p.blocks.push_back(storage.back().get());
+            }
+        }
+        ASSERT_GE(paged->capacity(), pos + n);
+        const auto tokens = std::span<const int32_t>(ids_.data() + pos, n);
+        const std::vector<float> a = run(paged.get(), tokens), b = run(owned.get(), tokens);
+        EXPECT_EQ(a, b) << "chunk at " << pos;
+        pos += n;
+    }
+    // Without new blocks the next chunk does not fit, and the state is left untouched.
+    const auto tokens = std::span<const int32_t>(ids_.data() + pos, 40);
+    EXPECT_THROW(run(paged.get(), tokens), Error);
+    EXPECT_EQ(paged->num_tokens(), pos);
+}
+
 TEST_F(V4State, SameSequenceTwiceInABatchIsRejected) {
     auto seq = model_->new_sequence(16);
     const std::vector<int32_t> t = {1, 2};
@@ -124,12 +167,11 @@ TEST(V4StateLayout, FlashBytesPerToken) {
     // YaRN bounds for Flash are low 15, high 25: dims below 15 keep the base frequency, above 25 are /16.
     EXPECT_FLOAT_EQ(inv[10], 1.0f / std::pow(160000.0f, 20.0f / 64.0f));
     EXPECT_NEAR(inv[30], 1.0f / (16.0f * std::pow(160000.0f, 60.0f / 64.0f)), 1e-12);
-    const int64_t len = 1 << 16;
-    const dsv4::StateLayout layout = dsv4::state_layout(c, len);
+    const StateSpec spec = dsv4::state_spec(c);
     const double per_token = 4.0 * (21 * (512 + 128) / 4.0 + 20 * 512 / 128.0);
-    EXPECT_NEAR(layout.bytes_per_token(), per_token, per_token * 0.01);
-    std::printf("V4-Flash fp32 state: %.0f bytes/token + %.1f MiB fixed per sequence\n", layout.bytes_per_token(),
-                layout.fixed_bytes() / 1048576.0);
+    EXPECT_DOUBLE_EQ(spec.paged_bytes_per_token(), per_token);
+    std::printf("V4-Flash fp32 state: %.0f bytes/token + %.1f MiB of rings per sequence\n",
+                spec.paged_bytes_per_token(), spec.ring_bytes() / 1048576.0);
 }
 
 }  // namespace
