@@ -31,6 +31,10 @@ public:
     virtual std::string name() const = 0;
     // Host thread pool for the loops models run around the ops.
     virtual ThreadPool& pool() = 0;
+    // Batch-invariant mode: every op reduces each row in a fixed order that does not depend on how many
+    // rows are processed together, so a sequence's results are bitwise identical alone or in any batch.
+    virtual void set_batch_invariant(bool on) = 0;
+    virtual bool batch_invariant() const = 0;
 
     // out [T, N] = x [T, K] . W^T, W [N, K] in any stored format.
     virtual void linear(TensorView out, TensorView x, const LinearWeight& w) = 0;
@@ -71,7 +75,8 @@ public:
     virtual void swiglu(TensorView out, TensorView gate, TensorView up, float limit) = 0;
 };
 
-// "cpu" (default) or "cuda" when built with it; throws Error naming the choices otherwise.
+// "cpu" (default) or "cuda" when built with it; throws Error naming the choices otherwise. Batch-invariant
+// mode starts on when DEEPINFER_BATCH_INVARIANT=1.
 std::unique_ptr<Backend> create_backend(const std::string& device, int num_threads = 0);
 
 }  // namespace deepinfer

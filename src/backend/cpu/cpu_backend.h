@@ -14,6 +14,8 @@ public:
 
     std::string name() const override { return "cpu"; }
     ThreadPool& pool() override { return pool_; }
+    void set_batch_invariant(bool on) override { batch_invariant_ = on; }
+    bool batch_invariant() const override { return batch_invariant_; }
 
     void linear(TensorView out, TensorView x, const LinearWeight& w) override;
     void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) override;
@@ -37,6 +39,7 @@ private:
                    int64_t w_row0, int64_t n);
 
     ThreadPool pool_;
+    bool batch_invariant_ = false;
 };
 
 }  // namespace deepinfer

@@ -43,9 +43,17 @@ void CpuBackend::gemm_rows(float* out, int64_t ldc, const float* x, int64_t lda,
                 dequantize_rows(w, w_row0 + n0, w_row0 + n1, buffer.data());
                 wt = buffer.data();
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t), static_cast<int>(n1 - n0),
-                        static_cast<int>(k), 1.0f, x, static_cast<int>(lda), wt, static_cast<int>(k), 0.0f, out + n0,
-                        static_cast<int>(ldc));
+            if (batch_invariant_) {
+                // One row per call: OpenBLAS may pick kernels (and reduction orders) by the row count.
+                for (int64_t r = 0; r < t; ++r)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 1, static_cast<int>(n1 - n0),
+                                static_cast<int>(k), 1.0f, x + r * lda, static_cast<int>(lda), wt, static_cast<int>(k),
+                                0.0f, out + r * ldc + n0, static_cast<int>(ldc));
+            } else {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(t), static_cast<int>(n1 - n0),
+                            static_cast<int>(k), 1.0f, x, static_cast<int>(lda), wt, static_cast<int>(k), 0.0f,
+                            out + n0, static_cast<int>(ldc));
+            }
         }
     });
 }

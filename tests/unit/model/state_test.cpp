@@ -141,6 +141,22 @@ TEST_F(V4State, PagedMemoryGrownBetweenChunksMatchesOwnedMemory) {
     EXPECT_EQ(paged->num_tokens(), pos);
 }
 
+// With the backend in batch-invariant mode, a sequence's logits are bitwise identical alone or batched.
+TEST_F(V4State, BatchInvariantModeIsBitwiseIdentical) {
+    backend_->set_batch_invariant(true);
+    auto a = model_->new_sequence(200), b = model_->new_sequence(200), c = model_->new_sequence(200);
+    auto alone = model_->new_sequence(200);
+    const auto prompt = std::span<const int32_t>(ids_.data(), 45);
+    run(c.get(), std::span<const int32_t>(ids_.data() + 100, 20));
+    std::vector<SequenceInput> inputs = {{a.get(), std::span<const int32_t>(ids_.data() + 50, 31), 0},
+                                         {b.get(), prompt, 0},
+                                         {c.get(), std::span<const int32_t>(ids_.data() + 120, 1), 0}};
+    Tensor together = model_->forward(inputs);
+    const std::vector<float> single = run(alone.get(), prompt);
+    EXPECT_EQ(std::memcmp(together.f32() + 31 * vocab_, single.data(), single.size() * 4), 0);
+    backend_->set_batch_invariant(false);
+}
+
 TEST_F(V4State, SameSequenceTwiceInABatchIsRejected) {
     auto seq = model_->new_sequence(16);
     const std::vector<int32_t> t = {1, 2};
