@@ -8,11 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "model/moe.h"
+
 namespace deepinfer::dsv4 {
+
+using deepinfer::ScoringFunc;
 
 enum class AttnKind { kSliding, kCsa, kHca };   // window only; + overlapping compressor and indexer; + compressor
 enum class RouteKind { kHash, kScore };         // experts from tid2eid[token]; or top-k of router scores
-enum class ScoringFunc { kSqrtSoftplus, kSoftmax, kSigmoid };
 
 // One RoPE flavour ("main" for window-only layers, "compress" for CSA/HCA layers and the indexer).
 struct RopeSpec {

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "core/npy.h"
 #include "core/thread_pool.h"
+#include "model/moe.h"
 
 namespace deepinfer::dsv4 {
 
@@ -73,17 +74,6 @@ void debug_dump(const std::string& name, const std::vector<int32_t>& v, int64_t 
               {static_cast<int64_t>(v.size()) / cols, cols});
 }
 
-float score_fn(ScoringFunc f, float x) {
-    switch (f) {
-        case ScoringFunc::kSqrtSoftplus: {
-            const float sp = x > 20.0f ? x : std::log1p(std::exp(x));  // torch softplus, threshold 20
-            return std::sqrt(sp);
-        }
-        case ScoringFunc::kSigmoid: return 1.0f / (1.0f + std::exp(-x));
-        case ScoringFunc::kSoftmax: return x;  // normalised over the row by the caller
-    }
-    return x;
-}
 
 }  // namespace
 
@@ -112,6 +102,7 @@ DeepseekV4Model::DeepseekV4Model(const std::string& dir, const std::string& conf
     info_.weight_bytes = weights_.stored_bytes;
     info_.description = config_.describe();
     state_spec_ = dsv4::state_spec(config_);
+    for (int l = 0; l < config_.num_layers; ++l) moe_params_.push_back(moe_params(config_, l));
     main_inv_freq_ = rope_inv_freq(config_.main_rope);
     compress_inv_freq_ = rope_inv_freq(config_.compress_rope);
 }
@@ -405,91 +396,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
 }
 
 void DeepseekV4Model::moe(int layer, const Rows& rows, TensorView xn, TensorView out) {
-    const DeepseekV4Config& c = config_;
-    Backend& be = backend_;
-    const LayerWeights& L = weights_.layers[layer];
-    const int64_t T = rows.total, D = c.hidden_size, E = c.n_routed_experts, K = c.experts_per_token;
-
-    // Routing: scores from the router, experts from tid2eid (hash) or the top-k of scores + bias.
-    Tensor router = Tensor::f32(Shape{T, E});
-    be.linear(router, xn, L.gate);
-    std::vector<int32_t> expert(T * K);
-    std::vector<float> weight(T * K);
-    be.pool().parallel_for(T, 16, [&](int64_t b, int64_t e) {
-        std::vector<float> s(E);
-        std::vector<int32_t> order(E);
-        for (int64_t r = b; r < e; ++r) {
-            const float* lg = router.f32() + r * E;
-            for (int64_t i = 0; i < E; ++i) s[i] = score_fn(c.scoring, lg[i]);
-            if (c.scoring == ScoringFunc::kSoftmax) {
-                const float mx = *std::max_element(s.begin(), s.end());
-                float sum = 0;
-                for (float& v : s) sum += (v = std::exp(v - mx));
-                for (float& v : s) v /= sum;
-            }
-            int32_t* sel = expert.data() + r * K;
-            if (c.route[layer] == RouteKind::kHash) {
-                std::memcpy(sel, L.tid2eid.data() + static_cast<int64_t>(rows.tokens[r]) * K, K * 4);
-            } else {
-                const float* bias = L.gate_bias.f32();
-                std::iota(order.begin(), order.end(), 0);
-                std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t bb) {
-                    const float va = s[a] + bias[a], vb = s[bb] + bias[bb];
-                    return va > vb || (va == vb && a < bb);
-                });
-                std::memcpy(sel, order.data(), K * 4);
-            }
-            float sum = 0;
-            for (int64_t k = 0; k < K; ++k) sum += s[sel[k]];
-            for (int64_t k = 0; k < K; ++k)
-                weight[r * K + k] = s[sel[k]] / (sum + 1e-20f) * static_cast<float>(c.routed_scaling);
-        }
-    });
-
-    // Routed experts: each expert runs once over the rows routed to it; results land per (row, slot).
-    Tensor routed = Tensor::f32(Shape{T * K, D});
-    std::vector<std::vector<int64_t>> slots_of(E);  // (row * K + slot) entries per expert
-    for (int64_t i = 0; i < T * K; ++i) slots_of[expert[i]].push_back(i);
-    for (int64_t e = 0; e < E; ++e) {
-        const std::vector<int64_t>& slots = slots_of[e];
-        if (slots.empty()) continue;
-        const int64_t ne = static_cast<int64_t>(slots.size());
-        const ExpertWeights& ew = L.experts[e];
-        Tensor xe = Tensor::f32(Shape{ne, D}), g = Tensor::f32(Shape{ne, c.moe_inter}),
-               u = Tensor::f32(Shape{ne, c.moe_inter}), ye = Tensor::f32(Shape{ne, D});
-        for (int64_t i = 0; i < ne; ++i) std::memcpy(xe.f32() + i * D, xn.f32() + (slots[i] / K) * D, D * 4);
-        be.linear(g, xe, ew.w1);
-        be.linear(u, xe, ew.w3);
-        be.swiglu(g, g, u, c.swiglu_limit);
-        be.linear(ye, g, ew.w2);
-        for (int64_t i = 0; i < ne; ++i) std::memcpy(routed.f32() + slots[i] * D, ye.f32() + i * D, D * 4);
-    }
-
-    // Shared expert over every row, then the weighted routed outputs in ascending expert order.
-    Tensor g = Tensor::f32(Shape{T, L.shared_inter}), u = Tensor::f32(Shape{T, L.shared_inter});
-    be.linear(g, xn, L.shared.w1);
-    be.linear(u, xn, L.shared.w3);
-    be.swiglu(g, g, u, c.swiglu_limit);
-    Tensor shared = Tensor::f32(Shape{T, D});
-    be.linear(shared, g, L.shared.w2);
-    float* o = out.f32();
-    be.pool().parallel_for(T, 16, [&](int64_t b, int64_t e) {
-        std::vector<int32_t> slot_order(K);
-        for (int64_t r = b; r < e; ++r) {
-            std::iota(slot_order.begin(), slot_order.end(), 0);
-            std::sort(slot_order.begin(), slot_order.end(),
-                      [&](int32_t a, int32_t bb) { return expert[r * K + a] < expert[r * K + bb]; });
-            float* orow = o + r * D;
-            for (int64_t i = 0; i < D; ++i) orow[i] = 0;
-            for (int32_t k : slot_order) {
-                const float wk = weight[r * K + k];
-                const float* yrow = routed.f32() + (r * K + k) * D;
-                for (int64_t i = 0; i < D; ++i) orow[i] += wk * yrow[i];
-            }
-            const float* srow = shared.f32() + r * D;
-            for (int64_t i = 0; i < D; ++i) orow[i] += srow[i];
-        }
-    });
+    moe_forward(backend_, weights_.layers[layer].moe, moe_params_[layer], xn, rows.tokens.data(), out);
 }
 
 }  // namespace deepinfer::dsv4

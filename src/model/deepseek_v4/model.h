@@ -42,6 +42,7 @@ private:
     Backend& backend_;
     ModelInfo info_;
     StateSpec state_spec_;
+    std::vector<MoeParams> moe_params_;
     std::vector<float> main_inv_freq_, compress_inv_freq_;
 };
 

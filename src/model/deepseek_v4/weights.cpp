@@ -41,15 +41,19 @@ CompressorWeights load_compressor(WeightLoader& w, const std::string& prefix, in
     return cw;
 }
 
-ExpertWeights load_expert(WeightLoader& w, const std::string& prefix, int inter, int64_t dim) {
-    ExpertWeights e;
-    e.w1 = w.linear(prefix + "w1", inter, dim);
-    e.w2 = w.linear(prefix + "w2", dim, inter);
-    e.w3 = w.linear(prefix + "w3", inter, dim);
-    return e;
-}
-
 }  // namespace
+
+MoeParams moe_params(const DeepseekV4Config& c, int) {
+    MoeParams p;
+    p.num_experts = c.n_routed_experts;
+    p.experts_per_token = c.experts_per_token;
+    p.moe_inter = c.moe_inter;
+    p.n_shared_experts = c.n_shared_experts;
+    p.scoring = c.scoring;
+    p.routed_scaling = c.routed_scaling;
+    p.swiglu_limit = c.swiglu_limit;
+    return p;
+}
 
 DeepseekV4Weights load_deepseek_v4_weights(Checkpoint& ckpt, const DeepseekV4Config& c) {
     WeightLoader w(ckpt, kAliases);
@@ -98,26 +102,7 @@ DeepseekV4Weights load_deepseek_v4_weights(Checkpoint& ckpt, const DeepseekV4Con
             L.indexer.weights_proj = w.linear(a + "indexer.weights_proj", c.index_heads, D);
         }
 
-        const std::string f = p + "ffn.";
-        L.gate = w.linear(f + "gate", c.n_routed_experts, D);
-        if (c.route[l] == RouteKind::kHash) {
-            L.tid2eid = w.i32(f + "gate.tid2eid", Shape{V, c.experts_per_token});
-            for (int32_t e : L.tid2eid)
-                DI_CHECK(e >= 0 && e < c.n_routed_experts, ckpt.file_of(w.find(f + "gate.tid2eid")), ": tensor '",
-                         w.find(f + "gate.tid2eid"), "' holds expert id ", e, " outside [0, ", c.n_routed_experts, ")");
-        } else {
-            L.gate_bias = w.has(f + "gate.bias") ? w.f32(f + "gate.bias", Shape{c.n_routed_experts})
-                                                 : Tensor::f32(Shape{c.n_routed_experts});
-        }
-        for (int e = 0; e < c.n_routed_experts; ++e)
-            L.experts.push_back(load_expert(w, f + "experts." + std::to_string(e) + ".", c.moe_inter, D));
-        // The shared expert's width: transformers uses moe_intermediate_size; DeepSeek's code scales it by
-        // n_shared_experts. Take whichever the checkpoint holds.
-        L.shared_inter = c.moe_inter;
-        if (const TensorInfo* t = ckpt.find(w.find(f + "shared_experts.w1.weight")))
-            if (t->shape.ndim == 2 && t->shape[0] == static_cast<int64_t>(c.moe_inter) * c.n_shared_experts)
-                L.shared_inter = c.moe_inter * c.n_shared_experts;
-        L.shared = load_expert(w, f + "shared_experts.", L.shared_inter, D);
+        L.moe = load_moe(w, p + "ffn.", moe_params(c, l), D, c.route[l] == RouteKind::kHash, V);
         m.layers.push_back(std::move(L));
     }
 

@@ -8,6 +8,7 @@
 #include "core/tensor.h"
 #include "core/weight.h"
 #include "model/deepseek_v4/config.h"
+#include "model/moe.h"
 
 namespace deepinfer {
 class Checkpoint;
@@ -35,10 +36,6 @@ struct IndexerWeights {
     LinearWeight weights_proj;     // [index_heads, D]
 };
 
-struct ExpertWeights {
-    LinearWeight w1, w2, w3;  // gate [I, D], down [D, I], up [I, D]
-};
-
 struct LayerWeights {
     HcWeights hc_attn, hc_ffn;
     Tensor attn_norm, ffn_norm;  // [D]
@@ -53,12 +50,7 @@ struct LayerWeights {
     bool has_compressor = false, has_indexer = false;
     CompressorWeights compressor;
     IndexerWeights indexer;
-    LinearWeight gate;             // [E, D] router
-    Tensor gate_bias;              // [E] selection bias (score routing)
-    std::vector<int32_t> tid2eid;  // [V * k] expert ids (hash routing)
-    std::vector<ExpertWeights> experts;
-    ExpertWeights shared;          // shared expert (SwiGLU, same clamp)
-    int shared_inter = 0;
+    MoeWeights moe;
 };
 
 struct DeepseekV4Weights {
@@ -69,6 +61,8 @@ struct DeepseekV4Weights {
     std::vector<LayerWeights> layers;
     size_t stored_bytes = 0;  // bytes of all loaded matrices in their stored format
 };
+
+MoeParams moe_params(const DeepseekV4Config& config, int layer);
 
 // Loads and validates every tensor the config calls for; errors name the file, tensor and expectation.
 DeepseekV4Weights load_deepseek_v4_weights(Checkpoint& ckpt, const DeepseekV4Config& config);
