@@ -18,6 +18,8 @@ struct Command {
 const Command kCommands[] = {
     {"generate", deepinfer::cli::cmd_generate, "generate tokens from a prompt"},
     {"logits", deepinfer::cli::cmd_logits, "write the logits of every prompt position to a .npy file"},
+    {"tokenize", deepinfer::cli::cmd_tokenize, "encode text to token ids (or decode ids) with a tokenizer.json"},
+    {"chat-template", deepinfer::cli::cmd_chat_template, "print the DeepSeek-V4 prompt for chat messages"},
 };
 
 void print_usage(std::FILE* out) {
