@@ -25,6 +25,13 @@ struct HcParams {
     float norm_eps = 0;            // of the unweighted RMS normalisation of the flattened streams
 };
 
+// Quantization simulations (DeepSeek-V4.1's QAT): the value is replaced by its dequantized code.
+enum class QuantSim {
+    kFp8Ue8m0,  // e4m3 codes, power-of-two scale 2^ceil(log2(amax / 448)), amax >= 1e-4
+    kFp4E4m3,   // e2m1 codes, e4m3 scale round(amax / 6), amax >= 6 * 2^-9
+    kFp4Ue8m0,  // e2m1 codes, power-of-two scale 2^ceil(log2(amax / 6)), amax >= 6 * 2^-126
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -54,6 +61,11 @@ public:
     // the collapsed input collapsed [T, D] = sum_j pre_j * streams_j.
     virtual void hc_pre(TensorView collapsed, TensorView post, TensorView comb, TensorView streams,
                         const HcParams& p) = 0;
+    // The mHC coefficients alone: pre [T, n], post [T, n], comb [T, n, n] (V4.1 collapses with a pre from
+    // an earlier sublayer).
+    virtual void hc_mix(TensorView pre, TensorView post, TensorView comb, TensorView streams, const HcParams& p) = 0;
+    // collapsed [T, D] = sum_j pre[t, j] * streams[t, j]; pre [T, n].
+    virtual void hc_collapse(TensorView collapsed, TensorView streams, TensorView pre) = 0;
     // mHC expand: out[t, k] = post[t, k] * y[t] + sum_j comb[t, j, k] * streams[t, j]. out [T, n, D].
     virtual void hc_post(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams) = 0;
     // Final collapse: out [T, D] = sum_j (sigmoid(mix_j * scale + base_j) + eps) * streams[t, j].
@@ -73,6 +85,9 @@ public:
                                 float scale) = 0;
     // out [R, I] = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0 disables the clamp.
     virtual void swiglu(TensorView out, TensorView gate, TensorView up, float limit) = 0;
+    // Quantize-dequantize in place over blocks of `block` consecutive elements of the last dim, as the
+    // model's quantization-aware training saw its activations (see QuantSim).
+    virtual void fake_quantize(TensorView x, QuantSim kind, int block) = 0;
 };
 
 // "cpu" (default) or "cuda" when built with it; throws Error naming the choices otherwise. Batch-invariant

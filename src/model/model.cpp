@@ -1,10 +1,13 @@
 #include "model/model.h"
 
+#include <algorithm>
+#include <climits>
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
 #include "deepinfer/error.h"
 #include "model/deepseek_v4/model.h"
+#include "model/deepseek_v41/model.h"
 
 namespace deepinfer {
 
@@ -22,6 +25,46 @@ double StateSpec::paged_bytes_per_token() const {
     return n;
 }
 
+SequenceMemory allocate_sequence_memory(const StateSpec& spec, int64_t max_tokens, std::vector<Tensor>* storage) {
+    DI_CHECK(max_tokens > 0, "state capacity must be positive");
+    SequenceMemory memory;
+    memory.rings.resize(spec.buffers.size());
+    memory.pages.resize(spec.buffers.size());
+    for (size_t i = 0; i < spec.buffers.size(); ++i) {
+        const StateBufferSpec& b = spec.buffers[i];
+        const int64_t rows = b.ring_rows > 0 ? b.ring_rows : b.rows_for(max_tokens) + 1;
+        storage->emplace_back(DType::kF32, Shape{rows, b.row_elems});
+        if (b.ring_rows > 0) memory.rings[i] = storage->back().view();
+        else memory.pages[i] = PagedRows{{storage->back().f32()}, rows, b.row_elems};
+    }
+    return memory;
+}
+
+void check_sequence_memory(const StateSpec& spec, const SequenceMemory& memory) {
+    DI_CHECK(memory.rings.size() == spec.buffers.size() && memory.pages.size() == spec.buffers.size(),
+             "state memory has ", memory.rings.size(), " buffers, the model needs ", spec.buffers.size());
+    for (size_t i = 0; i < spec.buffers.size(); ++i) {
+        const StateBufferSpec& b = spec.buffers[i];
+        if (b.ring_rows > 0) {
+            DI_CHECK(memory.rings[i].dtype() == DType::kF32 && memory.rings[i].numel() == b.ring_rows * b.row_elems,
+                     "state buffer ", b.name, " must be f32 [", b.ring_rows, ", ", b.row_elems, "]");
+        } else {
+            DI_CHECK(memory.pages[i].row_elems == b.row_elems && memory.pages[i].rows_per_block > 0, "state buffer ",
+                     b.name, " must have rows of ", b.row_elems, " floats");
+        }
+    }
+}
+
+int64_t paged_capacity(const StateSpec& spec, const SequenceMemory& memory) {
+    int64_t cap = INT64_MAX;
+    for (size_t i = 0; i < spec.buffers.size(); ++i) {
+        const StateBufferSpec& b = spec.buffers[i];
+        // rows_for(n) = n / tokens_per_row must not exceed the rows present.
+        if (b.tokens_per_row > 0) cap = std::min(cap, (memory.pages[i].capacity_rows() + 1) * b.tokens_per_row - 1);
+    }
+    return cap;
+}
+
 std::unique_ptr<CausalLM> load_model(const std::string& dir, Backend& backend) {
     const std::string config_path = path_join(dir, "config.json");
     DI_CHECK(file_exists(dir), "model directory ", dir, " does not exist");
@@ -36,7 +79,8 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, Backend& backend) {
         DI_THROW(config_path, ": corrupt JSON: ", e.what());
     }
     if (model_type == "deepseek_v4") return std::make_unique<dsv4::DeepseekV4Model>(dir, text, backend);
-    DI_THROW(config_path, ": unsupported model_type \"", model_type, "\" (supported: deepseek_v4)");
+    if (model_type == "deepseek_v41") return std::make_unique<dsv41::DeepseekV41Model>(dir, text, backend);
+    DI_THROW(config_path, ": unsupported model_type \"", model_type, "\" (supported: deepseek_v4, deepseek_v41)");
 }
 
 }  // namespace deepinfer

@@ -1,4 +1,6 @@
 // Sparse shared-KV attention with sinks, and the lightning indexer's scores.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -51,22 +53,29 @@ void CpuBackend::indexer_scores(TensorView scores, TensorView q, TensorView keys
     const int64_t t = q.dim(0), heads = q.dim(1), c = q.dim(2), entries = keys.dim(0);
     DI_ICHECK(keys.dim(1) == c && weights.numel() == t * heads && scores.numel() == t * entries,
               "indexer_scores shapes");
+    if (t == 0 || entries == 0) return;
     const float* qq = q.f32();
     const float* kk = keys.f32();
     const float* w = weights.f32();
     float* s = scores.f32();
-    pool_.parallel_for(t, 1, [&](int64_t b, int64_t e) {
-        for (int64_t r = b; r < e; ++r) {
-            for (int64_t k = 0; k < entries; ++k) {
-                const float* kv = kk + k * c;
-                float acc = 0;
-                for (int64_t h = 0; h < heads; ++h) {
-                    const float* qv = qq + (r * heads + h) * c;
-                    float dot = 0;
-                    for (int64_t i = 0; i < c; ++i) dot += qv[i] * kv[i];
-                    acc += std::max(dot, 0.0f) * scale * w[r * heads + h];
+    // Per block of rows and per head: dots = q_h . K^T through sgemm, then relu and the head weight.
+    // In batch-invariant mode every row is its own block.
+    const int64_t block = batch_invariant_ ? 1 : 16;
+    pool_.parallel_for((t + block - 1) / block, 1, [&](int64_t b, int64_t e) {
+        std::vector<float> dots(static_cast<size_t>(block * entries));
+        for (int64_t blk = b; blk < e; ++blk) {
+            const int64_t r0 = blk * block, rows = std::min(block, t - r0);
+            std::fill(s + r0 * entries, s + (r0 + rows) * entries, 0.0f);
+            for (int64_t h = 0; h < heads; ++h) {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(rows), static_cast<int>(entries),
+                            static_cast<int>(c), 1.0f, qq + (r0 * heads + h) * c, static_cast<int>(heads * c), kk,
+                            static_cast<int>(c), 0.0f, dots.data(), static_cast<int>(entries));
+                for (int64_t r = 0; r < rows; ++r) {
+                    const float wh = w[(r0 + r) * heads + h];
+                    float* srow = s + (r0 + r) * entries;
+                    const float* drow = dots.data() + r * entries;
+                    for (int64_t k = 0; k < entries; ++k) srow[k] += std::max(drow[k], 0.0f) * scale * wh;
                 }
-                s[r * entries + k] = acc;
             }
         }
     });

@@ -25,6 +25,8 @@ public:
               bool inverse) override;
     void hc_pre(TensorView collapsed, TensorView post, TensorView comb, TensorView streams,
                 const HcParams& p) override;
+    void hc_mix(TensorView pre, TensorView post, TensorView comb, TensorView streams, const HcParams& p) override;
+    void hc_collapse(TensorView collapsed, TensorView streams, TensorView pre) override;
     void hc_post(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams) override;
     void hc_head(TensorView out, TensorView streams, const HcParams& p) override;
     void sparse_attention(TensorView out, TensorView q, TensorView keys, const int32_t* offsets,
@@ -32,6 +34,7 @@ public:
     void gated_pool(TensorView out, TensorView kv, TensorView gate) override;
     void indexer_scores(TensorView scores, TensorView q, TensorView keys, TensorView weights, float scale) override;
     void swiglu(TensorView out, TensorView gate, TensorView up, float limit) override;
+    void fake_quantize(TensorView x, QuantSim kind, int block) override;
 
 private:
     // out[:, n0:n1] (row stride ldc) = x (row stride lda) . W[w_row0 + n0 : w_row0 + n1, :]^T for T rows.

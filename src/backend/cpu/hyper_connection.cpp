@@ -23,60 +23,86 @@ void mix_logits(const float* f, int64_t width, const float* fn, int rows, float 
     }
 }
 
+// pre [n], post [n], comb [n, n] for one token's flattened streams f [n * D].
+void hc_coefficients(const float* f, int64_t width, const HcParams& p, float* mix, float* pre, float* post,
+                     float* c) {
+    const int n = p.n;
+    mix_logits(f, width, p.fn, (2 + n) * n, p.norm_eps, mix);
+    for (int j = 0; j < n; ++j) {
+        pre[j] = sigmoid(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
+        post[j] = 2.0f * sigmoid(mix[n + j] * p.scale[1] + p.base[n + j]);
+    }
+    // comb: row-wise softmax, then Sinkhorn normalisation (columns first).
+    for (int i = 0; i < n; ++i) {
+        float m = -INFINITY;
+        for (int k = 0; k < n; ++k) {
+            c[i * n + k] = mix[2 * n + i * n + k] * p.scale[2] + p.base[2 * n + i * n + k];
+            m = std::max(m, c[i * n + k]);
+        }
+        float sum = 0;
+        for (int k = 0; k < n; ++k) sum += (c[i * n + k] = std::exp(c[i * n + k] - m));
+        for (int k = 0; k < n; ++k) c[i * n + k] = c[i * n + k] / sum + p.hc_eps;
+    }
+    auto normalize_columns = [&] {
+        for (int k = 0; k < n; ++k) {
+            float sum = 0;
+            for (int i = 0; i < n; ++i) sum += c[i * n + k];
+            for (int i = 0; i < n; ++i) c[i * n + k] /= sum + p.hc_eps;
+        }
+    };
+    normalize_columns();
+    for (int it = 0; it < p.sinkhorn_iters - 1; ++it) {
+        for (int i = 0; i < n; ++i) {
+            float sum = 0;
+            for (int k = 0; k < n; ++k) sum += c[i * n + k];
+            for (int k = 0; k < n; ++k) c[i * n + k] /= sum + p.hc_eps;
+        }
+        normalize_columns();
+    }
+}
+
+void collapse(const float* f, const float* pre, int n, int64_t d, float* out) {
+    for (int64_t i = 0; i < d; ++i) out[i] = 0;
+    for (int j = 0; j < n; ++j)
+        for (int64_t i = 0; i < d; ++i) out[i] += pre[j] * f[j * d + i];
+}
+
 }  // namespace
+
+void CpuBackend::hc_mix(TensorView pre, TensorView post, TensorView comb, TensorView streams, const HcParams& p) {
+    const int n = p.n;
+    const int64_t t = streams.dim(0), width = n * streams.dim(2);
+    DI_ICHECK(streams.dim(1) == n && pre.numel() == t * n && post.numel() == t * n && comb.numel() == t * n * n,
+              "hc_mix shapes");
+    pool_.parallel_for(t, 4, [&](int64_t b, int64_t e) {
+        std::vector<float> mix((2 + n) * n);
+        for (int64_t r = b; r < e; ++r)
+            hc_coefficients(streams.f32() + r * width, width, p, mix.data(), pre.f32() + r * n, post.f32() + r * n,
+                            comb.f32() + r * n * n);
+    });
+}
+
+void CpuBackend::hc_collapse(TensorView collapsed, TensorView streams, TensorView pre) {
+    const int64_t t = streams.dim(0), n = streams.dim(1), d = streams.dim(2);
+    DI_ICHECK(collapsed.numel() == t * d && pre.numel() == t * n, "hc_collapse shapes");
+    pool_.parallel_for(t, 4, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r)
+            collapse(streams.f32() + r * n * d, pre.f32() + r * n, static_cast<int>(n), d, collapsed.f32() + r * d);
+    });
+}
 
 void CpuBackend::hc_pre(TensorView collapsed, TensorView post, TensorView comb, TensorView streams,
                         const HcParams& p) {
     const int n = p.n;
     const int64_t t = streams.dim(0), d = streams.dim(2), width = n * d;
-    const int mix_rows = (2 + n) * n;
     DI_ICHECK(streams.dim(1) == n && collapsed.numel() == t * d && post.numel() == t * n && comb.numel() == t * n * n,
               "hc_pre shapes");
-    const float* s = streams.f32();
-    float* out = collapsed.f32();
-    float* post_out = post.f32();
-    float* comb_out = comb.f32();
     pool_.parallel_for(t, 4, [&](int64_t b, int64_t e) {
-        std::vector<float> mix(mix_rows), pre(n), c(n * n);
+        std::vector<float> mix((2 + n) * n), pre(n);
         for (int64_t r = b; r < e; ++r) {
-            const float* f = s + r * width;
-            mix_logits(f, width, p.fn, mix_rows, p.norm_eps, mix.data());
-            for (int j = 0; j < n; ++j) {
-                pre[j] = sigmoid(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
-                post_out[r * n + j] = 2.0f * sigmoid(mix[n + j] * p.scale[1] + p.base[n + j]);
-            }
-            // comb: row-wise softmax, then Sinkhorn normalisation (columns first).
-            for (int i = 0; i < n; ++i) {
-                float m = -INFINITY;
-                for (int k = 0; k < n; ++k) {
-                    c[i * n + k] = mix[2 * n + i * n + k] * p.scale[2] + p.base[2 * n + i * n + k];
-                    m = std::max(m, c[i * n + k]);
-                }
-                float sum = 0;
-                for (int k = 0; k < n; ++k) sum += (c[i * n + k] = std::exp(c[i * n + k] - m));
-                for (int k = 0; k < n; ++k) c[i * n + k] = c[i * n + k] / sum + p.hc_eps;
-            }
-            auto normalize_columns = [&] {
-                for (int k = 0; k < n; ++k) {
-                    float sum = 0;
-                    for (int i = 0; i < n; ++i) sum += c[i * n + k];
-                    for (int i = 0; i < n; ++i) c[i * n + k] /= sum + p.hc_eps;
-                }
-            };
-            normalize_columns();
-            for (int it = 0; it < p.sinkhorn_iters - 1; ++it) {
-                for (int i = 0; i < n; ++i) {
-                    float sum = 0;
-                    for (int k = 0; k < n; ++k) sum += c[i * n + k];
-                    for (int k = 0; k < n; ++k) c[i * n + k] /= sum + p.hc_eps;
-                }
-                normalize_columns();
-            }
-            std::copy(c.begin(), c.end(), comb_out + r * n * n);
-            float* o = out + r * d;
-            for (int64_t i = 0; i < d; ++i) o[i] = 0;
-            for (int j = 0; j < n; ++j)
-                for (int64_t i = 0; i < d; ++i) o[i] += pre[j] * f[j * d + i];
+            const float* f = streams.f32() + r * width;
+            hc_coefficients(f, width, p, mix.data(), pre.data(), post.f32() + r * n, comb.f32() + r * n * n);
+            collapse(f, pre.data(), n, d, collapsed.f32() + r * d);
         }
     });
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "deepinfer/error.h"
+#include "model/config_reader.h"
 
 namespace deepinfer::dsv4 {
 
@@ -12,45 +13,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-class Reader {
-public:
-    Reader(const Json& j, std::string source) : j_(j), source_(std::move(source)) {}
-
-    bool has(const char* key) const { return j_.contains(key) && !j_[key].is_null(); }
-
-    int64_t integer(const char* key) const {
-        DI_CHECK(has(key), source_, ": missing required key \"", key, "\"");
-        return integer_of(j_[key], key);
-    }
-    int64_t integer(const char* key, int64_t fallback) const { return has(key) ? integer_of(j_[key], key) : fallback; }
-    double number(const char* key, double fallback) const {
-        if (!has(key)) return fallback;
-        DI_CHECK(j_[key].is_number(), source_, ": \"", key, "\" must be a number");
-        return j_[key].get<double>();
-    }
-    bool boolean(const char* key, bool fallback) const {
-        if (!has(key)) return fallback;
-        DI_CHECK(j_[key].is_boolean(), source_, ": \"", key, "\" must be true or false");
-        return j_[key].get<bool>();
-    }
-    std::string string(const char* key, const std::string& fallback) const {
-        if (!has(key)) return fallback;
-        DI_CHECK(j_[key].is_string(), source_, ": \"", key, "\" must be a string");
-        return j_[key].get<std::string>();
-    }
-    const Json& at(const char* key) const { return j_[key]; }
-    const std::string& source() const { return source_; }
-
-    int64_t integer_of(const Json& v, const char* key) const {
-        DI_CHECK(v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
-                 source_, ": \"", key, "\" must be an integer");
-        return v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
-    }
-
-private:
-    const Json& j_;
-    std::string source_;
-};
+using Reader = ConfigReader;
 
 AttnKind attn_kind_from_name(const std::string& name, const std::string& source) {
     if (name == "sliding_attention") return AttnKind::kSliding;
@@ -244,14 +207,7 @@ DeepseekV4Config parse_deepseek_v4_config(const std::string& json_text, const st
     c.tie_word_embeddings = r.boolean("tie_word_embeddings", false);
     c.bos_token_id = static_cast<int>(r.integer("bos_token_id", -1));
     c.expert_dtype = r.string("expert_dtype", "");
-    if (r.has("eos_token_id")) {
-        const Json& eos = r.at("eos_token_id");
-        if (eos.is_array()) {
-            for (const auto& e : eos) c.eos_token_ids.push_back(static_cast<int>(r.integer_of(e, "eos_token_id[]")));
-        } else {
-            c.eos_token_ids.push_back(static_cast<int>(r.integer_of(eos, "eos_token_id")));
-        }
-    }
+    r.token_ids("eos_token_id", &c.eos_token_ids);
 
     const std::string scoring = r.string("scoring_func", "sqrtsoftplus");
     if (scoring == "sqrtsoftplus") c.scoring = ScoringFunc::kSqrtSoftplus;

@@ -9,9 +9,10 @@
 #include <set>
 
 #include "backend/backend.h"
-#include "core/npy.h"
+#include "model/debug_dump.h"
 #include "core/thread_pool.h"
 #include "model/moe.h"
+#include "model/state_sequence.h"
 
 namespace deepinfer::dsv4 {
 
@@ -20,60 +21,8 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // A DeepSeek-V4 sequence: its state over memory it owns or memory a KV manager gave it.
-class V4Sequence final : public ModelSequence {
-public:
-    V4Sequence(const DeepseekV4Config& config, const StateSpec& spec, int64_t max_tokens)
-        : owned_(std::make_unique<OwnedSequenceState>(config, spec, max_tokens)),
-          memory_(&owned_->memory()),
-          state_(&owned_->state()) {}
-    V4Sequence(const DeepseekV4Config& config, const StateSpec& spec, SequenceMemory memory)
-        : external_(std::move(memory)), memory_(&external_) {
-        bound_ = bind_state(config, spec, external_);
-        state_ = &bound_;
-    }
-    V4Sequence(const V4Sequence&) = delete;
-    V4Sequence& operator=(const V4Sequence&) = delete;
-
-    int64_t num_tokens() const override { return state_->num_tokens; }
-    int64_t capacity() const override { return state_->capacity(); }
-    SequenceMemory& memory() override { return *memory_; }
-    void truncate(int64_t new_len) override { truncate_state(*state_, new_len); }
-    int max_rollback() const override { return kMaxRollback; }
-    size_t state_bytes() const override {
-        size_t n = 0;
-        for (const TensorView& v : memory_->rings) n += v.nbytes();
-        for (const PagedRows& p : memory_->pages) n += p.blocks.size() * p.rows_per_block * p.row_elems * 4;
-        return n;
-    }
-    SequenceState& state() { return *state_; }
-
-private:
-    std::unique_ptr<OwnedSequenceState> owned_;
-    SequenceMemory external_;
-    SequenceMemory* memory_;
-    SequenceState bound_;
-    SequenceState* state_ = nullptr;
-};
-
-// DEEPINFER_DEBUG_DUMP=DIR writes intermediate tensors of each forward call as DIR/<name>.npy, to compare
-// with a reference implementation's intermediates.
-const char* debug_dump_dir() {
-    static const char* dir = std::getenv("DEEPINFER_DEBUG_DUMP");
-    return dir && *dir ? dir : nullptr;
-}
-
-void debug_dump(const std::string& name, TensorView t) {
-    if (!debug_dump_dir()) return;
-    std::vector<int64_t> shape(t.shape().dims, t.shape().dims + t.ndim());
-    write_npy(std::string(debug_dump_dir()) + "/" + name + ".npy", t.f32(), shape);
-}
-
-void debug_dump(const std::string& name, const std::vector<int32_t>& v, int64_t cols) {
-    if (!debug_dump_dir()) return;
-    write_npy(std::string(debug_dump_dir()) + "/" + name + ".npy", v.data(),
-              {static_cast<int64_t>(v.size()) / cols, cols});
-}
-
+using V4Sequence = StateSequence<DeepseekV4Config, SequenceState, OwnedSequenceState, bind_state, truncate_state,
+                                 kMaxRollback>;
 
 }  // namespace
 
@@ -371,9 +320,9 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
                         return sc[a] > sc[b] || (sc[a] == sc[b] && a < b);
                     });
                 for (int64_t e = 0; e < k; ++e) indices.push_back(static_cast<int32_t>(prev + s.n + order[e]));
-                if (debug_dump_dir())
+                if (debug_dump_enabled())
                     for (int64_t e = 0; e < c.index_topk; ++e) picks.push_back(e < k ? order[e] : -1);
-            } else if (kind == AttnKind::kCsa && debug_dump_dir()) {
+            } else if (kind == AttnKind::kCsa && debug_dump_enabled()) {
                 picks.insert(picks.end(), c.index_topk, -1);
             }
             offsets[t + 1] = static_cast<int32_t>(indices.size());

@@ -1,6 +1,6 @@
 #include "model/deepseek_v4/state.h"
 
-#include <limits>
+#include <algorithm>
 #include <string>
 
 #include "deepinfer/error.h"
@@ -25,20 +25,10 @@ StateSpec state_spec(const DeepseekV4Config& c) {
     return spec;
 }
 
-int64_t SequenceState::capacity() const {
-    int64_t cap = token_limit;
-    for (size_t i = 0; i < spec->buffers.size(); ++i) {
-        const StateBufferSpec& b = spec->buffers[i];
-        if (b.tokens_per_row == 0) continue;
-        // rows_for(n) = n / tokens_per_row must not exceed the rows present.
-        cap = std::min(cap, (memory->pages[i].capacity_rows() + 1) * b.tokens_per_row - 1);
-    }
-    return cap;
-}
+int64_t SequenceState::capacity() const { return std::min(token_limit, paged_capacity(*spec, *memory)); }
 
 SequenceState bind_state(const DeepseekV4Config& c, const StateSpec& spec, const SequenceMemory& memory) {
-    DI_CHECK(memory.rings.size() == spec.buffers.size() && memory.pages.size() == spec.buffers.size(),
-             "state memory has ", memory.rings.size(), " buffers, the model needs ", spec.buffers.size());
+    check_sequence_memory(spec, memory);
     SequenceState s;
     s.memory = &memory;
     s.spec = &spec;
@@ -49,18 +39,12 @@ SequenceState bind_state(const DeepseekV4Config& c, const StateSpec& spec, const
         const std::string kind = b.name.substr(b.name.find('.') + 1);
         LayerState& L = s.layers[layer];
         if (b.ring_rows > 0) {
-            const TensorView& v = memory.rings[i];
-            DI_CHECK(v.dtype() == DType::kF32 && v.numel() == b.ring_rows * b.row_elems, "state buffer ", b.name,
-                     " must be f32 [", b.ring_rows, ", ", b.row_elems, "]");
-            const TensorView ring = v.reshape(Shape{b.ring_rows, b.row_elems});
+            const TensorView ring = memory.rings[i].reshape(Shape{b.ring_rows, b.row_elems});
             if (kind == "window") L.window = ring;
             else if (kind == "compressor_inputs") L.compressor.rows = ring;
             else L.indexer.rows = ring;
         } else {
-            const PagedRows& p = memory.pages[i];
-            DI_CHECK(p.row_elems == b.row_elems && p.rows_per_block > 0, "state buffer ", b.name, " must have rows of ",
-                     b.row_elems, " floats");
-            (kind == "compressed" ? L.compressor.entries : L.indexer.entries) = &p;
+            (kind == "compressed" ? L.compressor.entries : L.indexer.entries) = &memory.pages[i];
         }
     }
     return s;
@@ -74,21 +58,9 @@ void truncate_state(SequenceState& state, int64_t new_len) {
     state.num_tokens = new_len;
 }
 
-OwnedSequenceState::OwnedSequenceState(const DeepseekV4Config& config, const StateSpec& spec, int64_t max_tokens) {
-    DI_CHECK(max_tokens > 0, "state capacity must be positive");
-    memory_.rings.resize(spec.buffers.size());
-    memory_.pages.resize(spec.buffers.size());
-    for (size_t i = 0; i < spec.buffers.size(); ++i) {
-        const StateBufferSpec& b = spec.buffers[i];
-        const int64_t rows = b.ring_rows > 0 ? b.ring_rows : b.rows_for(max_tokens) + 1;
-        buffers_.emplace_back(DType::kF32, Shape{rows, b.row_elems});
-        bytes_ += buffers_.back().nbytes();
-        if (b.ring_rows > 0) {
-            memory_.rings[i] = buffers_.back().view();
-        } else {
-            memory_.pages[i] = PagedRows{{buffers_.back().f32()}, rows, b.row_elems};
-        }
-    }
+OwnedSequenceState::OwnedSequenceState(const DeepseekV4Config& config, const StateSpec& spec, int64_t max_tokens)
+    : memory_(allocate_sequence_memory(spec, max_tokens, &buffers_)) {
+    for (const Tensor& t : buffers_) bytes_ += t.nbytes();
     state_ = bind_state(config, spec, memory_);
     state_.token_limit = max_tokens;
 }

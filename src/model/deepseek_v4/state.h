@@ -66,7 +66,7 @@ public:
     size_t bytes() const { return bytes_; }
 
 private:
-    std::vector<Tensor> buffers_;
+    std::vector<Tensor> buffers_;  // declared before memory_, which views them
     SequenceMemory memory_;
     SequenceState state_;
     size_t bytes_ = 0;

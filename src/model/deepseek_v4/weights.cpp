@@ -23,14 +23,6 @@ const std::vector<std::pair<std::string, std::string>> kAliases = {
     {"ffn.gate.bias", "ffn.gate.e_score_correction_bias"},
 };
 
-HcWeights load_hc(WeightLoader& w, const std::string& prefix, int rows, int64_t cols, int scales) {
-    HcWeights hc;
-    hc.fn = w.f32(prefix + "fn", Shape{rows, cols});
-    hc.base = w.f32(prefix + "base", Shape{rows});
-    hc.scale = w.f32(prefix + "scale", Shape{scales});
-    return hc;
-}
-
 CompressorWeights load_compressor(WeightLoader& w, const std::string& prefix, int width, int64_t dim, int ratio,
                                   int c) {
     CompressorWeights cw;
@@ -42,6 +34,14 @@ CompressorWeights load_compressor(WeightLoader& w, const std::string& prefix, in
 }
 
 }  // namespace
+
+HcWeights load_hc(WeightLoader& w, const std::string& prefix, int rows, int64_t cols, int scales) {
+    HcWeights hc;
+    hc.fn = w.f32(prefix + "fn", Shape{rows, cols});
+    hc.base = w.f32(prefix + "base", Shape{rows});
+    hc.scale = w.f32(prefix + "scale", Shape{scales});
+    return hc;
+}
 
 MoeParams moe_params(const DeepseekV4Config& c, int) {
     MoeParams p;

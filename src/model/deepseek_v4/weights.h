@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -12,6 +13,7 @@
 
 namespace deepinfer {
 class Checkpoint;
+class WeightLoader;
 }
 
 namespace deepinfer::dsv4 {
@@ -63,6 +65,9 @@ struct DeepseekV4Weights {
 };
 
 MoeParams moe_params(const DeepseekV4Config& config, int layer);
+
+// `<prefix>fn` [rows, cols], `<prefix>base` [rows], `<prefix>scale` [scales] as fp32.
+HcWeights load_hc(WeightLoader& w, const std::string& prefix, int rows, int64_t cols, int scales);
 
 // Loads and validates every tensor the config calls for; errors name the file, tensor and expectation.
 DeepseekV4Weights load_deepseek_v4_weights(Checkpoint& ckpt, const DeepseekV4Config& config);

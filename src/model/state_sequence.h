@@ -1,0 +1,47 @@
+// A ModelSequence over an architecture's SequenceState, either owning contiguous memory or bound to memory
+// a KV manager provides. `Arch` supplies: SequenceState, OwnedSequenceState, bind_state(), truncate_state()
+// and kMaxRollback (as the dsv4 and dsv41 namespaces do).
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include "model/model.h"
+
+namespace deepinfer {
+
+template <typename Config, typename State, typename Owned, auto Bind, auto Truncate, int MaxRollback>
+class StateSequence final : public ModelSequence {
+public:
+    StateSequence(const Config& config, const StateSpec& spec, int64_t max_tokens)
+        : owned_(std::make_unique<Owned>(config, spec, max_tokens)), memory_(&owned_->memory()), state_(&owned_->state()) {}
+    StateSequence(const Config& config, const StateSpec& spec, SequenceMemory memory)
+        : external_(std::move(memory)), memory_(&external_) {
+        bound_ = Bind(config, spec, external_);
+        state_ = &bound_;
+    }
+    StateSequence(const StateSequence&) = delete;
+    StateSequence& operator=(const StateSequence&) = delete;
+
+    int64_t num_tokens() const override { return state_->num_tokens; }
+    int64_t capacity() const override { return state_->capacity(); }
+    SequenceMemory& memory() override { return *memory_; }
+    void truncate(int64_t new_len) override { Truncate(*state_, new_len); }
+    int max_rollback() const override { return MaxRollback; }
+    size_t state_bytes() const override {
+        size_t n = 0;
+        for (const TensorView& v : memory_->rings) n += v.nbytes();
+        for (const PagedRows& p : memory_->pages) n += p.blocks.size() * p.rows_per_block * p.row_elems * 4;
+        return n;
+    }
+    State& state() { return *state_; }
+
+private:
+    std::unique_ptr<Owned> owned_;
+    SequenceMemory external_;
+    SequenceMemory* memory_;
+    State bound_;
+    State* state_ = nullptr;
+};
+
+}  // namespace deepinfer
