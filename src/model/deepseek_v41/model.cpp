@@ -93,7 +93,7 @@ DeepseekV41Model::DeepseekV41Model(const std::string& dir, const std::string& co
     state_spec_ = dsv41::state_spec(config_);
     main_inv_freq_ = dsv4::rope_inv_freq(config_.main_rope);
     compress_inv_freq_ = dsv4::rope_inv_freq(config_.compress_rope);
-    if (config_.has_vision) DI_LOG(kInfo, dir, ": the vision tower is not loaded; image tokens are rejected");
+    if (config_.has_vision) DI_LOG(kWarn, dir, ": this checkpoint has a vision tower; DeepInfer loads its text path only (image tokens are rejected)");
     if (!config_.engram.layer_ids.empty()) {
         // Engram hashes a compressed vocabulary built from the checkpoint's own tokenizer.
         const std::string tok_path = path_join(dir, "tokenizer.json");
