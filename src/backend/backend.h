@@ -32,10 +32,20 @@ enum class QuantSim {
     kFp4Ue8m0,  // e2m1 codes, power-of-two scale 2^ceil(log2(amax / 6)), amax >= 6 * 2^-126
 };
 
+// Every tensor and array an op reads or writes lives in the backend's memory (alloc(), or weights the
+// backend was given); on host backends (is_host()) that is plain host memory. Ops run in issue order;
+// download() and synchronize() wait for them.
 class Backend {
 public:
     virtual ~Backend() = default;
     virtual std::string name() const = 0;
+    virtual bool is_host() const = 0;
+    // Uninitialised memory of the backend.
+    virtual Tensor alloc(DType dtype, Shape shape) = 0;
+    // Copies dst.nbytes() bytes from host memory into dst, and back.
+    virtual void upload(TensorView dst, const void* src) = 0;
+    virtual void download(void* dst, TensorView src) = 0;
+    virtual void synchronize() = 0;
     // Host thread pool for the loops models run around the ops.
     virtual ThreadPool& pool() = 0;
     // Batch-invariant mode: every op reduces each row in a fixed order that does not depend on how many

@@ -48,7 +48,18 @@ TensorView TensorView::reshape(Shape s) const {
     return TensorView(data_, dtype_, s);
 }
 
-void Tensor::Free::operator()(uint8_t* p) const { std::free(p); }
+void Tensor::Free::operator()(uint8_t* p) const {
+    if (release) release(context, p);
+    else std::free(p);
+}
+
+Tensor Tensor::adopt(void* data, DType dtype, Shape shape, Release release, void* context) {
+    Tensor t;
+    t.dtype_ = dtype;
+    t.shape_ = shape;
+    t.buf_ = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(data), Free{release, context});
+    return t;
+}
 
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(shape) {
     size_t bytes = view().nbytes();
@@ -57,7 +68,7 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(shape) {
     auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, alloc));
     if (!p) throw std::bad_alloc();
     std::memset(p, 0, alloc);
-    buf_.reset(p);
+    buf_ = std::unique_ptr<uint8_t, Free>(p, Free{nullptr, nullptr});
 }
 
 }  // namespace deepinfer

@@ -62,11 +62,16 @@ private:
     Shape shape_;
 };
 
-// Owning, 64-byte aligned, zero-initialised buffer with a shape.
+// Owning buffer with a shape: 64-byte aligned zero-initialised host memory, or memory another allocator
+// (a device backend) hands over with its release function.
 class Tensor {
 public:
+    using Release = void (*)(void* context, void* data);
+
     Tensor() = default;
     Tensor(DType dtype, Shape shape);
+    // Takes ownership of `data`, freed by release(context, data).
+    static Tensor adopt(void* data, DType dtype, Shape shape, Release release, void* context);
 
     static Tensor f32(Shape shape) { return Tensor(DType::kF32, shape); }
 
@@ -82,7 +87,9 @@ public:
     size_t nbytes() const { return view().nbytes(); }
 
 private:
-    struct Free {
+    struct Free {  // value-initialised (no release): std::free
+        Release release;
+        void* context;
         void operator()(uint8_t* p) const;
     };
     std::unique_ptr<uint8_t, Free> buf_;

@@ -13,6 +13,11 @@ public:
     explicit CpuBackend(int num_threads = 0);
 
     std::string name() const override { return "cpu"; }
+    bool is_host() const override { return true; }
+    Tensor alloc(DType dtype, Shape shape) override { return Tensor(dtype, shape); }
+    void upload(TensorView dst, const void* src) override;
+    void download(void* dst, TensorView src) override;
+    void synchronize() override {}
     ThreadPool& pool() override { return pool_; }
     void set_batch_invariant(bool on) override { batch_invariant_ = on; }
     bool batch_invariant() const override { return batch_invariant_; }
