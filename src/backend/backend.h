@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "core/weight.h"
@@ -99,6 +100,11 @@ public:
     // model's quantization-aware training saw its activations (see QuantSim).
     virtual void fake_quantize(TensorView x, QuantSim kind, int block) = 0;
 };
+
+// A copy of `w` in the backend's memory (`w` itself on host backends); the copies are kept in `storage`.
+LinearWeight to_backend(Backend& backend, const LinearWeight& w, std::vector<Tensor>* storage);
+// A copy of a host tensor in the backend's memory.
+Tensor to_backend(Backend& backend, TensorView host);
 
 // "cpu" (default) or "cuda" when built with it; throws Error naming the choices otherwise. Batch-invariant
 // mode starts on when DEEPINFER_BATCH_INVARIANT=1.

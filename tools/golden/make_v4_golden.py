@@ -13,7 +13,8 @@ Cases (together they cover every layer type, hash and score routing, default and
 eviction, more CSA entries than index_topk, HCA windows closing, fp32 and bf16 weights):
   v4_tiny_a       fp32, transformers' save_pretrained names, the tiny config of the design doc
   v4_tiny_b_bf16  bf16 weights, reference computed in bf16 (and in fp32), hc_mult 3, HCA rate 16, default RoPE
-  v4_tiny_c       fp32, wider, 16 experts all score-routed, HCA rate 32, YaRN factor 4, topk 16
+  v4_tiny_c       bf16-stored weights with an fp32 reference, 16 experts all score-routed, HCA rate 32,
+                  YaRN factor 4, topk 16
   v4_tiny_fp8     DeepSeek release format: legacy config keys, release tensor names, FP8 e4m3
                   linears with E8M0 128x128 block scales, packed FP4 experts with E8M0 scales per
                   32 inputs, int32 tid2eid, two shards with an index, plus MTP tensors to ignore.
@@ -109,9 +110,9 @@ CASES = {
             bos_token_id=0, eos_token_id=1),
     ),
     "v4_tiny_c": dict(
-        desc="fp32: 16 experts top-4 all score-routed, HCA rate 32, YaRN factor 4 (orig 128, beta 16/2), "
-             "index_topk 16 with 100 CSA entries, window 32, rope dim 32",
-        dtype="float32", prompt_len=400, gen_len=48, seed=3,
+        desc="bf16-stored weights, reference in fp32 from them: 16 experts top-4 all score-routed, HCA rate 32, "
+             "YaRN factor 4 (orig 128, beta 16/2), index_topk 16 with 100 CSA entries, window 32, rope dim 32",
+        dtype="bf16_storage", prompt_len=400, gen_len=48, seed=3,
         config=dict(
             vocab_size=256, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=1,
             head_dim=48, q_lora_rank=32, o_groups=2, o_lora_rank=24, sliding_window=32,
@@ -544,6 +545,17 @@ def make_case(name, spec, out_root, debug_dir):
         with open(os.path.join(out_dir, "config.json"), "w") as f:
             json.dump(spec["legacy_config"], f, indent=1)
         meta["tensor_dtypes"] = sorted({d for d, _ in tensors.values()})
+    elif spec["dtype"] == "bf16_storage":
+        # Weights rounded to bf16 and stored as bf16; the reference computes in fp32 from those exact values.
+        with torch.no_grad():
+            for pname, p in list(model.named_parameters()) + list(model.named_buffers()):
+                if p.is_floating_point() and "inv_freq" not in pname:
+                    p.copy_(p.to(torch.bfloat16).to(torch.float32))
+        import copy
+        stored = copy.deepcopy(model).to(torch.bfloat16)
+        stored.save_pretrained(out_dir, safe_serialization=True)
+        del stored
+        meta["bf16_mode"] = "weights stored in bf16, reference computed in fp32"
     else:
         if spec["dtype"] == "bfloat16":
             # Cast as transformers does for a bf16 load: modules named in _keep_in_fp32_modules_strict stay fp32.

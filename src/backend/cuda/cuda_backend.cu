@@ -1,0 +1,184 @@
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "backend/cuda/kernels.h"
+#include "core/thread_pool.h"
+
+namespace deepinfer {
+
+namespace {
+
+using cuda::WeightDesc;
+
+WeightDesc describe(const LinearWeight& w) {
+    WeightDesc d{};
+    d.data = static_cast<const uint8_t*>(w.data.data());
+    d.scale = static_cast<const uint8_t*>(w.scale.data());
+    d.rows = w.rows;
+    d.cols = w.cols;
+    d.block_rows = w.block_rows;
+    d.block_cols = w.block_cols;
+    switch (w.format) {
+        case WeightFormat::kDense:
+            d.format = 0;
+            d.dtype = w.data.dtype() == DType::kF32 ? 0 : w.data.dtype() == DType::kBF16 ? 1 : 2;
+            DI_ICHECK(w.data.dtype() == DType::kF32 || w.data.dtype() == DType::kBF16 || w.data.dtype() == DType::kF16,
+                      "dense weight ", w.name, " has dtype ", dtype_name(w.data.dtype()));
+            break;
+        case WeightFormat::kFp8Block:
+            d.format = 1;
+            d.scale_f32 = w.scale.dtype() == DType::kF32;
+            d.scale_cols = w.scale.dim(1);
+            break;
+        case WeightFormat::kFp4Group:
+            d.format = 2;
+            d.scale_cols = w.scale.dim(1);
+            break;
+    }
+    return d;
+}
+
+cuda::HcDesc describe(const HcParams& p) {
+    return cuda::HcDesc{p.fn, p.base, p.scale, p.n, p.sinkhorn_iters, p.hc_eps, p.norm_eps};
+}
+
+class CudaBackend final : public Backend {
+public:
+    CudaBackend(int device, int host_threads) : device_(device), pool_(host_threads) {
+        DI_CUDA_CHECK(cudaSetDevice(device_));
+        DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        // Keep freed blocks in the stream-ordered pool instead of returning them to the driver.
+        cudaMemPool_t pool;
+        DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
+        uint64_t threshold = UINT64_MAX;
+        DI_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    }
+    ~CudaBackend() override {
+        cudaStreamSynchronize(stream_);
+        cudaStreamDestroy(stream_);
+    }
+
+    std::string name() const override { return "cuda:" + std::to_string(device_); }
+    bool is_host() const override { return false; }
+    ThreadPool& pool() override { return pool_; }
+    void set_batch_invariant(bool on) override { batch_invariant_ = on; }  // every kernel is row-independent
+    bool batch_invariant() const override { return batch_invariant_; }
+
+    Tensor alloc(DType dtype, Shape shape) override {
+        const size_t bytes = std::max<size_t>(TensorView(nullptr, dtype, shape).nbytes(), 1);
+        void* p = nullptr;
+        DI_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
+        return Tensor::adopt(p, dtype, shape, &release, this);
+    }
+    void upload(TensorView dst, const void* src) override {
+        DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse src right away
+    }
+    void download(void* dst, TensorView src) override {
+        DI_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    void synchronize() override { DI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+    void linear(TensorView out, TensorView x, const LinearWeight& w) override {
+        const int64_t t = x.dim(0);
+        DI_ICHECK(x.ndim() == 2 && x.dim(1) == w.cols && out.numel() == t * w.rows, "linear ", w.name);
+        cuda::launch_gemm(out.f32(), w.rows, x.f32(), w.cols, t, describe(w), 0, w.rows, stream_);
+    }
+    void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) override {
+        const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
+        DI_ICHECK(w.rows % groups == 0 && x.numel() == t * groups * k && out.numel() == t * w.rows, "grouped_linear");
+        const WeightDesc d = describe(w);
+        for (int g = 0; g < groups; ++g)
+            cuda::launch_gemm(out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r, stream_);
+    }
+    void embedding(TensorView out, const LinearWeight& table, const int32_t* ids) override {
+        cuda::launch_embedding(out.f32(), describe(table), ids, out.dim(0), stream_);
+    }
+    void rms_norm(TensorView out, TensorView x, const float* weight, float eps) override {
+        const int64_t c = x.dim(-1);
+        cuda::launch_rms_norm(out.f32(), x.f32(), weight, x.numel() / c, c, eps, stream_);
+    }
+    void rope(TensorView x, const int32_t* positions, const float* inv_freq, int rope_dim, float attention_factor,
+              bool inverse) override {
+        cuda::launch_rope(x.f32(), positions, inv_freq, x.dim(0), x.dim(1), x.dim(2), rope_dim, attention_factor,
+                          inverse, stream_);
+    }
+    void hc_pre(TensorView collapsed, TensorView post, TensorView comb, TensorView streams,
+                const HcParams& p) override {
+        Tensor pre = alloc(DType::kF32, Shape{streams.dim(0), p.n});
+        hc_mix(pre, post, comb, streams, p);
+        hc_collapse(collapsed, streams, pre);
+    }
+    void hc_mix(TensorView pre, TensorView post, TensorView comb, TensorView streams, const HcParams& p) override {
+        cuda::launch_hc_mix(pre.f32(), post.f32(), comb.f32(), streams.f32(), streams.dim(0), streams.dim(2),
+                            describe(p), stream_);
+    }
+    void hc_collapse(TensorView collapsed, TensorView streams, TensorView pre) override {
+        cuda::launch_hc_collapse(collapsed.f32(), streams.f32(), pre.f32(), streams.dim(0), streams.dim(1),
+                                 streams.dim(2), stream_);
+    }
+    void hc_post(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams) override {
+        cuda::launch_hc_post(out.f32(), y.f32(), post.f32(), comb.f32(), streams.f32(), streams.dim(0), streams.dim(1),
+                             streams.dim(2), stream_);
+    }
+    void hc_head(TensorView out, TensorView streams, const HcParams& p) override {
+        Tensor pre = alloc(DType::kF32, Shape{streams.dim(0), p.n});
+        cuda::launch_hc_head_pre(pre.f32(), streams.f32(), streams.dim(0), streams.dim(2), describe(p), stream_);
+        hc_collapse(out, streams, pre);
+    }
+    void sparse_attention(TensorView out, TensorView q, TensorView keys, const int32_t* offsets,
+                          const int32_t* indices, const float* sinks, float scale) override {
+        DI_ICHECK(out.shape() == q.shape() && keys.dim(1) == q.dim(2), "sparse_attention shapes");
+        cuda::launch_sparse_attention(out.f32(), q.f32(), keys.f32(), offsets, indices, sinks, q.dim(0), q.dim(1),
+                                      q.dim(2), scale, stream_);
+    }
+    void gated_pool(TensorView out, TensorView kv, TensorView gate) override {
+        cuda::launch_gated_pool(out.f32(), kv.f32(), gate.f32(), kv.dim(0), kv.dim(1), kv.dim(2), stream_);
+    }
+    void indexer_scores(TensorView scores, TensorView q, TensorView keys, TensorView weights, float scale) override {
+        cuda::launch_indexer_scores(scores.f32(), q.f32(), keys.f32(), weights.f32(), q.dim(0), q.dim(1), q.dim(2),
+                                    keys.dim(0), scale, stream_);
+    }
+    void swiglu(TensorView out, TensorView gate, TensorView up, float limit) override {
+        cuda::launch_swiglu(out.f32(), gate.f32(), up.f32(), out.numel(), limit, stream_);
+    }
+    void fake_quantize(TensorView x, QuantSim kind, int block) override {
+        DI_ICHECK(block > 0 && x.dim(-1) % block == 0, "fake_quantize block ", block);
+        cuda::launch_fake_quantize(x.f32(), x.numel(), block, static_cast<int>(kind), stream_);
+    }
+
+private:
+    static void release(void* context, void* data) {
+        cudaFreeAsync(data, static_cast<CudaBackend*>(context)->stream_);
+    }
+
+    int device_;
+    cudaStream_t stream_ = nullptr;
+    ThreadPool pool_;
+    bool batch_invariant_ = false;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky error of a missing driver
+        return 0;
+    }
+    return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index, int host_threads) {
+    const int n = cuda_device_count();
+    DI_CHECK(n > 0, "device 'cuda': no CUDA device is available (driver or GPU missing)");
+    DI_CHECK(device_index >= 0 && device_index < n, "device 'cuda:", device_index, "': only ", n,
+             " CUDA device(s) are visible");
+    return std::make_unique<CudaBackend>(device_index, host_threads);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,50 @@
+// Kernel launchers of the CUDA backend (defined in the .cu files). All pointers are device memory; all
+// launches go to `stream`. Shapes as in backend/backend.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace deepinfer::cuda {
+
+// out[t, n] (row stride ldc) = sum_k x[t, k] (row stride lda) * W[w_row0 + n, k], t < rows, n < n_out.
+void launch_gemm(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
+                 int64_t w_row0, int64_t n_out, cudaStream_t stream);
+void launch_embedding(float* out, const WeightDesc& table, const int32_t* ids, int64_t rows, cudaStream_t stream);
+
+void launch_rms_norm(float* out, const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
+                     cudaStream_t stream);
+void launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t rows, int64_t heads,
+                 int64_t head_dim, int rope_dim, float attention_factor, bool inverse, cudaStream_t stream);
+void launch_swiglu(float* out, const float* gate, const float* up, int64_t n, float limit, cudaStream_t stream);
+void launch_gated_pool(float* out, const float* kv, const float* gate, int64_t entries, int64_t slots, int64_t c,
+                       cudaStream_t stream);
+// kind: 0 FP8 ue8m0, 1 FP4 e4m3 scale, 2 FP4 ue8m0 (QuantSim order)
+void launch_fake_quantize(float* x, int64_t n, int block, int kind, cudaStream_t stream);
+
+struct HcDesc {
+    const float* fn;     // [mix, n * D]
+    const float* base;   // [mix]
+    const float* scale;  // [3] or [1]
+    int n, sinkhorn_iters;
+    float hc_eps, norm_eps;
+};
+void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
+                   const HcDesc& p, cudaStream_t stream);
+void launch_hc_collapse(float* out, const float* streams, const float* pre, int64_t rows, int64_t n, int64_t d,
+                        cudaStream_t stream);
+void launch_hc_post(float* out, const float* y, const float* post, const float* comb, const float* streams,
+                    int64_t rows, int64_t n, int64_t d, cudaStream_t stream);
+void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
+                        cudaStream_t stream);
+
+void launch_sparse_attention(float* out, const float* q, const float* keys, const int32_t* offsets,
+                             const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
+                             float scale, cudaStream_t stream);
+void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
+                           int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream);
+
+}  // namespace deepinfer::cuda

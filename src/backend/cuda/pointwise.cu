@@ -1,0 +1,166 @@
+// Row-wise and element-wise kernels: RMSNorm, RoPE, SwiGLU, gated pooling, quantization simulation.
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+// Sum over a block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
+__device__ float block_sum(float v) {
+    __shared__ float partial[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    float total = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += partial[w];
+    return total;
+}
+
+__global__ void rms_norm_kernel(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ weight,
+                                int64_t cols, float eps) {
+    const float* xr = x + blockIdx.x * cols;
+    float* yr = out + blockIdx.x * cols;
+    float ss = 0;
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) ss += xr[i] * xr[i];
+    const float inv = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(cols) + eps);
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+        const float v = xr[i] * inv;
+        yr[i] = weight ? weight[i] * v : v;
+    }
+}
+
+__global__ void rope_kernel(float* __restrict__ x, const int32_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, int64_t rows, int64_t heads, int64_t head_dim,
+                            int half, float af, float sign) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= rows * heads * half) return;
+    const int pair = static_cast<int>(i % half);
+    const int64_t rh = i / half, r = rh / heads;
+    const float angle = static_cast<float>(positions[r]) * inv_freq[pair];
+    const float c = cosf(angle) * af, s = sinf(angle) * af * sign;
+    float* v = x + rh * head_dim + (head_dim - 2 * half) + 2 * pair;
+    const float a = v[0], b = v[1];
+    v[0] = a * c - b * s;
+    v[1] = b * c + a * s;
+}
+
+__global__ void swiglu_kernel(float* __restrict__ out, const float* __restrict__ gate, const float* __restrict__ up,
+                              int64_t n, float limit) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = gate[i], u = up[i];
+    if (limit > 0) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    out[i] = g / (1.0f + expf(-g)) * u;
+}
+
+__global__ void gated_pool_kernel(float* __restrict__ out, const float* __restrict__ kv, const float* __restrict__ gate,
+                                  int64_t entries, int64_t slots, int64_t c) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= entries * c) return;
+    const int64_t e = i / c, ch = i % c;
+    float m = -INFINITY;
+    for (int64_t s = 0; s < slots; ++s) m = fmaxf(m, gate[(e * slots + s) * c + ch]);
+    float denom = 0, acc = 0;
+    for (int64_t s = 0; s < slots; ++s) {
+        const float g = gate[(e * slots + s) * c + ch];
+        if (g == -INFINITY) continue;
+        const float p = expf(g - m);
+        denom += p;
+        acc += p * kv[(e * slots + s) * c + ch];
+    }
+    out[i] = acc / denom;
+}
+
+// The QAT recipes of backend/cpu/quant_sim.cpp, element for element.
+__device__ float pow2_ceil(float r) {
+    const uint32_t bits = __float_as_uint(r);
+    const int e = static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
+    return __uint_as_float(static_cast<uint32_t>(e + 127) << 23);
+}
+
+__device__ float round_e4m3(float x) {
+    const float a = fabsf(x);
+    if (!(a < 448.0f)) return copysignf(isnan(a) ? a : 448.0f, x);
+    float step;
+    if (a < 0.015625f) {
+        step = 0.001953125f;
+    } else {
+        int e;
+        frexpf(a, &e);
+        step = ldexpf(1.0f, e - 4);
+    }
+    return copysignf(rintf(a / step) * step, x);
+}
+
+__device__ float round_e2m1(float v) {
+    const float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    const float mag = fabsf(v);
+    const int idx = (mag > 0.25f) + (mag >= 0.75f) + (mag > 1.25f) + (mag >= 1.75f) + (mag > 2.5f) + (mag >= 3.5f) +
+                    (mag > 5.0f);
+    const float q = kGrid[idx];
+    return v < 0 ? -q : (v > 0 ? q : 0.0f * v);
+}
+
+__global__ void fake_quantize_kernel(float* __restrict__ x, int64_t blocks, int block, int kind) {
+    const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (b >= blocks) return;
+    float* v = x + b * block;
+    float amax = 0;
+    for (int i = 0; i < block; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    if (kind == 0) {
+        const float s = pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+        for (int i = 0; i < block; ++i) v[i] = round_e4m3(fminf(fmaxf(v[i] / s, -448.0f), 448.0f)) * s;
+    } else {
+        const float s = kind == 1 ? round_e4m3(fmaxf(amax, 6.0f * 0.001953125f) / 6.0f)
+                                  : pow2_ceil(fmaxf(amax, 6.0f * 1.17549435e-38f) * (1.0f / 6.0f));
+        for (int i = 0; i < block; ++i) v[i] = round_e2m1(fminf(fmaxf(v[i] / s, -6.0f), 6.0f)) * s;
+    }
+}
+
+unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
+
+}  // namespace
+
+void launch_rms_norm(float* out, const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
+                     cudaStream_t stream) {
+    if (rows == 0) return;
+    rms_norm_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(out, x, weight, cols, eps);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t rows, int64_t heads,
+                 int64_t head_dim, int rope_dim, float attention_factor, bool inverse, cudaStream_t stream) {
+    const int half = rope_dim / 2;
+    const int64_t n = rows * heads * half;
+    if (n == 0) return;
+    rope_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, positions, inv_freq, rows, heads, head_dim, half,
+                                                        attention_factor, inverse ? -1.0f : 1.0f);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+void launch_swiglu(float* out, const float* gate, const float* up, int64_t n, float limit, cudaStream_t stream) {
+    if (n == 0) return;
+    swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, gate, up, n, limit);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+void launch_gated_pool(float* out, const float* kv, const float* gate, int64_t entries, int64_t slots, int64_t c,
+                       cudaStream_t stream) {
+    if (entries * c == 0) return;
+    gated_pool_kernel<<<blocks_for(entries * c, 256), 256, 0, stream>>>(out, kv, gate, entries, slots, c);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+void launch_fake_quantize(float* x, int64_t n, int block, int kind, cudaStream_t stream) {
+    const int64_t blocks = n / block;
+    if (blocks == 0) return;
+    fake_quantize_kernel<<<blocks_for(blocks, 128), 128, 0, stream>>>(x, blocks, block, kind);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace deepinfer::cuda

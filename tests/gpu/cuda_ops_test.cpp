@@ -1,0 +1,294 @@
+// Every CUDA op against the CPU op (the oracle), on fresh random inputs each run (never zeros), with the
+// output poisoned with NaN before the CUDA op so unwritten elements fail. Both backends compute in fp32, so
+// the bound is fp32 summation-order noise: max |cuda - cpu| / max |cpu| <= 1e-5 (NaN never passes).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/dtype.h"
+#include "core/weight.h"
+#include "support/npy_compare.h"
+
+namespace deepinfer {
+namespace {
+
+using testing_support::rel_error;
+
+constexpr double kBound = 1e-5;
+
+class CudaOps : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        cpu_ = create_backend("cpu", 2);
+        gpu_ = create_backend("cuda", 2);
+        const unsigned seed = std::random_device{}();
+        std::printf("seed %u\n", seed);
+        rng_.seed(seed);
+    }
+
+    std::vector<float> randn(int64_t n, float std = 1.0f) {
+        std::normal_distribution<float> d(0.0f, std);
+        std::vector<float> v(n);
+        for (float& x : v) x = d(rng_);
+        return v;
+    }
+    Tensor host(const std::vector<float>& v, Shape s) {
+        Tensor t(DType::kF32, s);
+        std::memcpy(t.f32(), v.data(), v.size() * 4);
+        return t;
+    }
+    Tensor device(TensorView h) { return to_backend(*gpu_, h); }
+    // A device tensor of the shape, filled with NaN.
+    Tensor poisoned(Shape s) {
+        std::vector<float> nan(s.numel(), std::numeric_limits<float>::quiet_NaN());
+        Tensor t = gpu_->alloc(DType::kF32, s);
+        gpu_->upload(t, nan.data());
+        return t;
+    }
+    std::vector<float> fetch(const Tensor& t) {
+        std::vector<float> v(t.numel());
+        gpu_->download(v.data(), t);
+        return v;
+    }
+    static std::vector<float> values(const Tensor& t) { return std::vector<float>(t.f32(), t.f32() + t.numel()); }
+
+    std::unique_ptr<Backend> cpu_, gpu_;
+    std::mt19937 rng_;
+    std::vector<Tensor> storage_;
+};
+
+// Weights of every stored format, [n, k].
+struct HostWeight {
+    LinearWeight w;
+    std::vector<uint8_t> data, scale;
+};
+
+HostWeight make_weight(std::mt19937& rng, int format, int64_t n, int64_t k) {
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    HostWeight h;
+    h.w.rows = n;
+    h.w.cols = k;
+    h.w.name = "test";
+    if (format == 0 || format == 1) {  // F32, BF16
+        h.data.resize(n * k * (format == 0 ? 4 : 2));
+        for (int64_t i = 0; i < n * k; ++i) {
+            const float v = d(rng);
+            if (format == 0) std::memcpy(h.data.data() + 4 * i, &v, 4);
+            else {
+                const uint16_t b = f32_to_bf16(v);
+                std::memcpy(h.data.data() + 2 * i, &b, 2);
+            }
+        }
+        h.w.data = TensorView(h.data.data(), format == 0 ? DType::kF32 : DType::kBF16, Shape{n, k});
+    } else if (format == 2 || format == 3) {  // FP8 with 32x32 E8M0 or 128x128 F32 block scales
+        const int b = format == 2 ? 32 : 128;
+        h.data.resize(n * k);
+        for (auto& c : h.data) c = f32_to_f8e4m3(d(rng) * 100);
+        const int64_t sr = (n + b - 1) / b, sc = (k + b - 1) / b;
+        h.w.format = WeightFormat::kFp8Block;
+        h.w.block_rows = h.w.block_cols = b;
+        if (format == 2) {
+            h.scale.resize(sr * sc);
+            for (auto& s : h.scale) s = static_cast<uint8_t>(120 + rng() % 8);
+            h.w.scale = TensorView(h.scale.data(), DType::kE8M0, Shape{sr, sc});
+        } else {
+            h.scale.resize(sr * sc * 4);
+            for (int64_t i = 0; i < sr * sc; ++i) {
+                const float s = std::ldexp(1.0f, -6 - static_cast<int>(rng() % 4));
+                std::memcpy(h.scale.data() + 4 * i, &s, 4);
+            }
+            h.w.scale = TensorView(h.scale.data(), DType::kF32, Shape{sr, sc});
+        }
+        h.w.data = TensorView(h.data.data(), DType::kF8E4M3, Shape{n, k});
+    } else {  // FP4, groups of 32
+        h.data.resize(n * k / 2);
+        for (auto& c : h.data) c = static_cast<uint8_t>(rng() & 0xff);
+        h.scale.resize(n * k / 32);
+        for (auto& s : h.scale) s = static_cast<uint8_t>(122 + rng() % 8);
+        h.w.format = WeightFormat::kFp4Group;
+        h.w.block_cols = 32;
+        h.w.data = TensorView(h.data.data(), DType::kFP4E2M1, Shape{n, k});
+        h.w.scale = TensorView(h.scale.data(), DType::kE8M0, Shape{n, k / 32});
+    }
+    return h;
+}
+
+TEST_F(CudaOps, LinearEveryFormatAndShape) {
+    for (int format = 0; format < 5; ++format) {
+        for (int64_t t : {1, 5, 70}) {
+            const int64_t n = 77, k = format == 3 ? 256 : 96;
+            HostWeight hw = make_weight(rng_, format, n, k);
+            const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+            Tensor x = host(randn(t * k), Shape{t, k});
+            Tensor ref = Tensor::f32(Shape{t, n});
+            cpu_->linear(ref, x, hw.w);
+            Tensor out = poisoned(Shape{t, n}), xd = device(x);
+            gpu_->linear(out, xd, dw);
+            EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "format " << format << " rows " << t;
+        }
+    }
+}
+
+TEST_F(CudaOps, GroupedLinearAndEmbedding) {
+    const int64_t t = 9, groups = 4, r = 24, k = 64;
+    HostWeight hw = make_weight(rng_, 2, groups * r, k);
+    const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+    Tensor x = host(randn(t * groups * k), Shape{t, groups * k});
+    Tensor ref = Tensor::f32(Shape{t, groups * r});
+    cpu_->grouped_linear(ref, x, hw.w, static_cast<int>(groups));
+    Tensor out = poisoned(Shape{t, groups * r}), xd = device(x);
+    gpu_->grouped_linear(out, xd, dw, static_cast<int>(groups));
+    EXPECT_LE(rel_error(fetch(out), values(ref)), kBound);
+
+    HostWeight table = make_weight(rng_, 1, 50, 48);
+    const LinearWeight dtable = to_backend(*gpu_, table.w, &storage_);
+    std::vector<int32_t> ids = {3, 49, 0, 17, 17};
+    Tensor ids_d = gpu_->alloc(DType::kI32, Shape{5});
+    gpu_->upload(ids_d, ids.data());
+    Tensor e_ref = Tensor::f32(Shape{5, 48});
+    cpu_->embedding(e_ref, table.w, ids.data());
+    Tensor e_out = poisoned(Shape{5, 48});
+    gpu_->embedding(e_out, dtable, ids_d.as<int32_t>());
+    EXPECT_EQ(fetch(e_out), values(e_ref));
+}
+
+TEST_F(CudaOps, RmsNormRopeSwigluGatedPool) {
+    const int64_t rows = 13, heads = 3, d = 64;
+    Tensor x = host(randn(rows * heads * d, 3.0f), Shape{rows, heads, d});
+    Tensor w = host(randn(d), Shape{d});
+    Tensor wd = device(w), xd = device(x);
+    for (bool weighted : {true, false}) {
+        Tensor ref = Tensor::f32(x.shape());
+        cpu_->rms_norm(ref, x, weighted ? w.f32() : nullptr, 1e-6f);
+        Tensor out = poisoned(x.shape());
+        gpu_->rms_norm(out, xd, weighted ? wd.f32() : nullptr, 1e-6f);
+        EXPECT_LE(rel_error(fetch(out), values(ref)), kBound);
+    }
+
+    std::vector<int32_t> pos(rows);
+    for (int64_t i = 0; i < rows; ++i) pos[i] = static_cast<int32_t>(rng_() % 5000);
+    std::vector<float> inv(8);
+    for (int i = 0; i < 8; ++i) inv[i] = std::pow(10000.0f, -static_cast<float>(2 * i) / 16.0f);
+    Tensor pos_d = gpu_->alloc(DType::kI32, Shape{rows}), inv_d = gpu_->alloc(DType::kF32, Shape{8});
+    gpu_->upload(pos_d, pos.data());
+    gpu_->upload(inv_d, inv.data());
+    for (bool inverse : {false, true}) {
+        Tensor ref = host(values(x), x.shape()), out = device(x);
+        cpu_->rope(ref, pos.data(), inv.data(), 16, 1.25f, inverse);
+        gpu_->rope(out, pos_d.as<int32_t>(), inv_d.f32(), 16, 1.25f, inverse);
+        EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "inverse " << inverse;
+    }
+
+    const int64_t n = 1000;
+    Tensor g = host(randn(n, 4.0f), Shape{n}), u = host(randn(n, 4.0f), Shape{n});
+    Tensor gd = device(g), ud = device(u);
+    for (float limit : {0.0f, 1.5f}) {
+        Tensor ref = Tensor::f32(Shape{n}), out = poisoned(Shape{n});
+        cpu_->swiglu(ref, g, u, limit);
+        gpu_->swiglu(out, gd, ud, limit);
+        EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "limit " << limit;
+    }
+
+    const int64_t entries = 7, slots = 8, c = 40;
+    std::vector<float> gate = randn(entries * slots * c);
+    for (int64_t e = 0; e < entries; ++e)  // the first window's previous-series slots are empty
+        for (int64_t s = 0; s < 4 && e == 0; ++s)
+            for (int64_t ch = 0; ch < c; ++ch) gate[(e * slots + s) * c + ch] = -INFINITY;
+    Tensor kv = host(randn(entries * slots * c), Shape{entries, slots, c}), gt = host(gate, Shape{entries, slots, c});
+    Tensor ref = Tensor::f32(Shape{entries, c}), out = poisoned(Shape{entries, c});
+    cpu_->gated_pool(ref, kv, gt);
+    Tensor kvd = device(kv), gtd = device(gt);
+    gpu_->gated_pool(out, kvd, gtd);
+    EXPECT_LE(rel_error(fetch(out), values(ref)), kBound);
+}
+
+TEST_F(CudaOps, FakeQuantizeIsBitwiseTheCpuRecipe) {
+    for (auto [kind, block] : {std::pair{QuantSim::kFp8Ue8m0, 32}, {QuantSim::kFp4E4m3, 16}, {QuantSim::kFp4Ue8m0, 32}}) {
+        Tensor x = host(randn(64 * 96, 2.0f), Shape{64, 96});
+        Tensor ref = host(values(x), x.shape()), out = device(x);
+        cpu_->fake_quantize(ref, kind, block);
+        gpu_->fake_quantize(out, kind, block);
+        EXPECT_EQ(fetch(out), values(ref)) << "kind " << static_cast<int>(kind);
+    }
+}
+
+TEST_F(CudaOps, HyperConnections) {
+    const int n = 4, rows = 11;
+    const int64_t d = 96, mix = (2 + n) * n;
+    Tensor streams = host(randn(rows * n * d), Shape{rows, n, d});
+    Tensor fn = host(randn(mix * n * d, 0.05f), Shape{mix, n * d}), base = host(randn(mix, 0.5f), Shape{mix});
+    Tensor scale = host({0.7f, 1.3f, 0.9f}, Shape{3});
+    Tensor fnd = device(fn), based = device(base), scaled = device(scale), sd = device(streams);
+    const HcParams hp{fn.f32(), base.f32(), scale.f32(), n, 20, 1e-6f, 1e-6f};
+    const HcParams dp{fnd.f32(), based.f32(), scaled.f32(), n, 20, 1e-6f, 1e-6f};
+
+    Tensor pre = Tensor::f32(Shape{rows, n}), post = Tensor::f32(Shape{rows, n}), comb = Tensor::f32(Shape{rows, n, n});
+    cpu_->hc_mix(pre, post, comb, streams, hp);
+    Tensor pre_d = poisoned(pre.shape()), post_d = poisoned(post.shape()), comb_d = poisoned(comb.shape());
+    gpu_->hc_mix(pre_d, post_d, comb_d, sd, dp);
+    EXPECT_LE(rel_error(fetch(pre_d), values(pre)), kBound);
+    EXPECT_LE(rel_error(fetch(post_d), values(post)), kBound);
+    EXPECT_LE(rel_error(fetch(comb_d), values(comb)), kBound);
+
+    Tensor collapsed = Tensor::f32(Shape{rows, d}), collapsed_d = poisoned(Shape{rows, d});
+    cpu_->hc_pre(collapsed, post, comb, streams, hp);
+    gpu_->hc_pre(collapsed_d, post_d, comb_d, sd, dp);
+    EXPECT_LE(rel_error(fetch(collapsed_d), values(collapsed)), kBound);
+
+    Tensor y = host(randn(rows * d), Shape{rows, d}), yd = device(y);
+    Tensor expanded = Tensor::f32(streams.shape()), expanded_d = poisoned(streams.shape());
+    cpu_->hc_post(expanded, y, post, comb, streams);
+    gpu_->hc_post(expanded_d, yd, post_d, comb_d, sd);
+    EXPECT_LE(rel_error(fetch(expanded_d), values(expanded)), kBound);
+
+    Tensor hfn = host(randn(n * n * d, 0.05f), Shape{n, n * d}), hbase = host(randn(n, 0.5f), Shape{n});
+    Tensor hscale = host({1.1f}, Shape{1});
+    Tensor hfnd = device(hfn), hbased = device(hbase), hscaled = device(hscale);
+    Tensor head = Tensor::f32(Shape{rows, d}), head_d = poisoned(Shape{rows, d});
+    cpu_->hc_head(head, streams, HcParams{hfn.f32(), hbase.f32(), hscale.f32(), n, 0, 1e-6f, 1e-6f});
+    gpu_->hc_head(head_d, sd, HcParams{hfnd.f32(), hbased.f32(), hscaled.f32(), n, 0, 1e-6f, 1e-6f});
+    EXPECT_LE(rel_error(fetch(head_d), values(head)), kBound);
+}
+
+TEST_F(CudaOps, SparseAttentionAndIndexerScores) {
+    for (int64_t d : {64, 512}) {
+        const int64_t rows = 6, heads = 5, nkeys = 300;
+        Tensor q = host(randn(rows * heads * d), Shape{rows, heads, d});
+        Tensor keys = host(randn(nkeys * d, 0.2f), Shape{nkeys, d});
+        Tensor sinks = host(randn(heads), Shape{heads});
+        std::vector<int32_t> offsets = {0}, indices;
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t count = r == 2 ? 0 : 1 + static_cast<int64_t>(rng_() % 200);  // row 2: only the sink
+            for (int64_t i = 0; i < count; ++i) indices.push_back(static_cast<int32_t>(rng_() % nkeys));
+            offsets.push_back(static_cast<int32_t>(indices.size()));
+        }
+        Tensor ref = Tensor::f32(q.shape());
+        cpu_->sparse_attention(ref, q, keys, offsets.data(), indices.data(), sinks.f32(), 1.0f / std::sqrt(float(d)));
+        Tensor qd = device(q), kd = device(keys), sd = device(sinks), out = poisoned(q.shape());
+        Tensor off_d = gpu_->alloc(DType::kI32, Shape{static_cast<int64_t>(offsets.size())});
+        Tensor idx_d = gpu_->alloc(DType::kI32, Shape{static_cast<int64_t>(std::max<size_t>(indices.size(), 1))});
+        gpu_->upload(off_d, offsets.data());
+        if (!indices.empty()) gpu_->upload(TensorView(idx_d.view().data(), DType::kI32, Shape{int64_t(indices.size())}), indices.data());
+        gpu_->sparse_attention(out, qd, kd, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(),
+                               1.0f / std::sqrt(float(d)));
+        EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "head_dim " << d;
+    }
+    const int64_t rows = 9, heads = 8, c = 64, entries = 150;
+    Tensor q = host(randn(rows * heads * c), Shape{rows, heads, c}), k = host(randn(entries * c), Shape{entries, c});
+    Tensor w = host(randn(rows * heads), Shape{rows, heads});
+    Tensor ref = Tensor::f32(Shape{rows, entries}), out = poisoned(Shape{rows, entries});
+    cpu_->indexer_scores(ref, q, k, w, 0.125f);
+    Tensor qd = device(q), kd = device(k), wd = device(w);
+    gpu_->indexer_scores(out, qd, kd, wd, 0.125f);
+    EXPECT_LE(rel_error(fetch(out), values(ref)), kBound);
+}
+
+}  // namespace
+}  // namespace deepinfer
