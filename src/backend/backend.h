@@ -96,6 +96,18 @@ public:
                                 float scale) = 0;
     // out [R, I] = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0 disables the clamp.
     virtual void swiglu(TensorView out, TensorView gate, TensorView up, float limit) = 0;
+    // Row movement through device addresses (`rows`: [R] I64, each the address of a row of C floats in this
+    // backend's memory), so rings, paged buffers and activations are addressed alike.
+    // dst [R, C] row i = row rows[i].
+    virtual void gather_rows(TensorView dst, TensorView rows) = 0;
+    // row rows[i] = src [R, C] row i.
+    virtual void scatter_rows(TensorView rows, TensorView src) = 0;
+    // x += y (same shape).
+    virtual void add(TensorView x, TensorView y) = 0;
+    // x *= s.
+    virtual void scale(TensorView x, float s) = 0;
+    // out [T, D] = shared [T, D] + sum_k weights[t * K + k] * routed[t * K + k], k ascending.
+    virtual void moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) = 0;
     // Quantize-dequantize in place over blocks of `block` consecutive elements of the last dim, as the
     // model's quantization-aware training saw its activations (see QuantSim).
     virtual void fake_quantize(TensorView x, QuantSim kind, int block) = 0;

@@ -4,6 +4,7 @@
 #include <climits>
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "core/file.h"
 #include "deepinfer/error.h"
 #include "model/deepseek_v4/model.h"
@@ -25,7 +26,8 @@ double StateSpec::paged_bytes_per_token() const {
     return n;
 }
 
-SequenceMemory allocate_sequence_memory(const StateSpec& spec, int64_t max_tokens, std::vector<Tensor>* storage) {
+SequenceMemory allocate_sequence_memory(const StateSpec& spec, int64_t max_tokens, Backend& backend,
+                                        std::vector<Tensor>* storage) {
     DI_CHECK(max_tokens > 0, "state capacity must be positive");
     SequenceMemory memory;
     memory.rings.resize(spec.buffers.size());
@@ -33,7 +35,7 @@ SequenceMemory allocate_sequence_memory(const StateSpec& spec, int64_t max_token
     for (size_t i = 0; i < spec.buffers.size(); ++i) {
         const StateBufferSpec& b = spec.buffers[i];
         const int64_t rows = b.ring_rows > 0 ? b.ring_rows : b.rows_for(max_tokens) + 1;
-        storage->emplace_back(DType::kF32, Shape{rows, b.row_elems});
+        storage->push_back(backend.alloc(DType::kF32, Shape{rows, b.row_elems}));
         if (b.ring_rows > 0) memory.rings[i] = storage->back().view();
         else memory.pages[i] = PagedRows{{storage->back().f32()}, rows, b.row_elems};
     }

@@ -59,9 +59,10 @@ struct SequenceMemory {
     std::vector<PagedRows> pages;
 };
 
-// Contiguous memory for one sequence of up to max_tokens tokens (one block per paged buffer), owned by
-// `storage`.
-SequenceMemory allocate_sequence_memory(const StateSpec& spec, int64_t max_tokens, std::vector<Tensor>* storage);
+// Contiguous memory in `backend` for one sequence of up to max_tokens tokens (one block per paged buffer),
+// owned by `storage`.
+SequenceMemory allocate_sequence_memory(const StateSpec& spec, int64_t max_tokens, Backend& backend,
+                                        std::vector<Tensor>* storage);
 // Checks that `memory` has the buffers `spec` describes (throws Error naming the first mismatch).
 void check_sequence_memory(const StateSpec& spec, const SequenceMemory& memory);
 // Tokens the paged buffers can hold (no limit without paged buffers).

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "core/thread_pool.h"
 #include "model/safetensors.h"
+#include "model/step_arrays.h"
 #include "model/weight_loader.h"
 
 namespace deepinfer {
@@ -63,10 +64,12 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
                  TensorView out) {
     const int64_t T = xn.dim(0), D = xn.dim(1), E = p.num_experts, K = p.experts_per_token;
     if (T == 0) return;
+    StepArrays arrays(be);
 
-    // Routing: scores from the router, experts from tid2eid (hash) or the top-k of scores + bias.
-    Tensor router = Tensor::f32(Shape{T, E});
+    // Routing on the host from the router's logits: experts from tid2eid (hash) or the top-k of scores + bias.
+    Tensor router = be.alloc(DType::kF32, Shape{T, E});
     be.linear(router, xn, w.gate);
+    const Tensor logits = to_host(be, router);
     std::vector<int32_t> expert(T * K);
     std::vector<float> weight(T * K);
     const bool hash = !w.tid2eid.empty();
@@ -74,7 +77,7 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
         std::vector<float> s(E);
         std::vector<int32_t> order(E);
         for (int64_t r = b; r < e; ++r) {
-            const float* lg = router.f32() + r * E;
+            const float* lg = logits.f32() + r * E;
             for (int64_t i = 0; i < E; ++i) s[i] = score_fn(p.scoring, p.gate_temp == 1.0f ? lg[i] : lg[i] / p.gate_temp);
             if (p.scoring == ScoringFunc::kSoftmax) {
                 const float mx = *std::max_element(s.begin(), s.end());
@@ -98,53 +101,61 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
             for (int64_t k = 0; k < K; ++k) sum += s[sel[k]];
             for (int64_t k = 0; k < K; ++k)
                 weight[r * K + k] = s[sel[k]] / (sum + 1e-20f) * static_cast<float>(p.routed_scaling);
+            // Each row's slots in ascending expert order: that is the order the combine sums them in.
+            std::vector<int32_t> idx(K);
+            std::iota(idx.begin(), idx.end(), 0);
+            std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t bb) { return sel[a] < sel[bb]; });
+            std::vector<int32_t> es(K);
+            std::vector<float> ws(K);
+            for (int64_t k = 0; k < K; ++k) {
+                es[k] = sel[idx[k]];
+                ws[k] = weight[r * K + idx[k]];
+            }
+            std::copy(es.begin(), es.end(), sel);
+            std::copy(ws.begin(), ws.end(), weight.begin() + r * K);
         }
     });
 
-    // Routed experts: each expert runs once over the rows routed to it; results land per (row, slot).
-    Tensor routed = Tensor::f32(Shape{T * K, D});
+    // Routed experts: each expert runs once over the rows routed to it; its outputs land in the rows'
+    // slots of `routed` [T * K, D].
+    Tensor routed = be.alloc(DType::kF32, Shape{T * K, D});
     std::vector<std::vector<int64_t>> slots_of(E);  // (row * K + slot) entries per expert
     for (int64_t i = 0; i < T * K; ++i) slots_of[expert[i]].push_back(i);
     for (int64_t e = 0; e < E; ++e) {
         const std::vector<int64_t>& slots = slots_of[e];
         if (slots.empty()) continue;
         const int64_t ne = static_cast<int64_t>(slots.size());
+        std::vector<float*> in_rows(ne), out_rows(ne);
+        for (int64_t i = 0; i < ne; ++i) {
+            in_rows[i] = xn.f32() + (slots[i] / K) * D;
+            out_rows[i] = routed.f32() + slots[i] * D;
+        }
         const ExpertWeights& ew = w.experts[e];
-        Tensor xe = Tensor::f32(Shape{ne, D}), g = Tensor::f32(Shape{ne, p.moe_inter}),
-               u = Tensor::f32(Shape{ne, p.moe_inter}), ye = Tensor::f32(Shape{ne, D});
-        for (int64_t i = 0; i < ne; ++i) std::memcpy(xe.f32() + i * D, xn.f32() + (slots[i] / K) * D, D * 4);
+        Tensor xe = be.alloc(DType::kF32, Shape{ne, D}), g = be.alloc(DType::kF32, Shape{ne, p.moe_inter}),
+               u = be.alloc(DType::kF32, Shape{ne, p.moe_inter}), ye = be.alloc(DType::kF32, Shape{ne, D});
+        be.gather_rows(xe, arrays.rows(in_rows));
         be.linear(g, xe, ew.w1);
         be.linear(u, xe, ew.w3);
         be.swiglu(g, g, u, p.swiglu_limit);
         be.linear(ye, g, ew.w2);
-        for (int64_t i = 0; i < ne; ++i) std::memcpy(routed.f32() + slots[i] * D, ye.f32() + i * D, D * 4);
+        be.scatter_rows(arrays.rows(out_rows), ye);
     }
 
-    // Shared expert over every row, then the weighted routed outputs in ascending expert order.
-    Tensor g = Tensor::f32(Shape{T, w.shared_inter}), u = Tensor::f32(Shape{T, w.shared_inter});
+    // Shared expert over every row, then the weighted routed outputs.
+    Tensor g = be.alloc(DType::kF32, Shape{T, w.shared_inter}), u = be.alloc(DType::kF32, Shape{T, w.shared_inter});
     be.linear(g, xn, w.shared.w1);
     be.linear(u, xn, w.shared.w3);
     be.swiglu(g, g, u, p.swiglu_limit);
-    Tensor shared = Tensor::f32(Shape{T, D});
+    Tensor shared = be.alloc(DType::kF32, Shape{T, D});
     be.linear(shared, g, w.shared.w2);
-    float* o = out.f32();
-    be.pool().parallel_for(T, 16, [&](int64_t b, int64_t e) {
-        std::vector<int32_t> slot_order(K);
-        for (int64_t r = b; r < e; ++r) {
-            std::iota(slot_order.begin(), slot_order.end(), 0);
-            std::sort(slot_order.begin(), slot_order.end(),
-                      [&](int32_t a, int32_t bb) { return expert[r * K + a] < expert[r * K + bb]; });
-            float* orow = o + r * D;
-            for (int64_t i = 0; i < D; ++i) orow[i] = 0;
-            for (int32_t k : slot_order) {
-                const float wk = weight[r * K + k];
-                const float* yrow = routed.f32() + (r * K + k) * D;
-                for (int64_t i = 0; i < D; ++i) orow[i] += wk * yrow[i];
-            }
-            const float* srow = shared.f32() + r * D;
-            for (int64_t i = 0; i < D; ++i) orow[i] += srow[i];
-        }
-    });
+    be.moe_combine(out, routed, arrays.f32(weight), shared);
+}
+
+void moe_to_backend(Backend& be, MoeWeights& w, std::vector<Tensor>* storage) {
+    w.gate = to_backend(be, w.gate, storage);
+    for (ExpertWeights& e : w.experts)
+        for (LinearWeight* lw : {&e.w1, &e.w2, &e.w3}) *lw = to_backend(be, *lw, storage);
+    for (LinearWeight* lw : {&w.shared.w1, &w.shared.w2, &w.shared.w3}) *lw = to_backend(be, *lw, storage);
 }
 
 }  // namespace deepinfer

@@ -45,9 +45,14 @@ struct MoeParams {
 MoeWeights load_moe(WeightLoader& w, const std::string& prefix, const MoeParams& p, int64_t hidden,
                     bool hash_routing, int64_t vocab);
 
-// out [T, D] = sum_k weight_k * expert_k(xn) + shared(xn); tokens [T] are the token ids (hash routing).
-// Each row's routed outputs are summed in ascending expert order, independent of the batch.
+// out [T, D] = sum_k weight_k * expert_k(xn) + shared(xn), in backend memory; tokens [T] (host) are the token
+// ids for hash routing. Each row's routed outputs are summed in ascending expert order, independent of the
+// batch. Routing runs on the host from the downloaded router logits.
 void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorView xn, const int32_t* tokens,
                  TensorView out);
+
+// Moves the matrices into the backend's memory (the router's bias and tid2eid stay on the host, where
+// routing runs).
+void moe_to_backend(Backend& be, MoeWeights& w, std::vector<Tensor>* storage);
 
 }  // namespace deepinfer

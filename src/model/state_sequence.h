@@ -10,11 +10,15 @@
 
 namespace deepinfer {
 
+class Backend;
+
 template <typename Config, typename State, typename Owned, auto Bind, auto Truncate, int MaxRollback>
 class StateSequence final : public ModelSequence {
 public:
-    StateSequence(const Config& config, const StateSpec& spec, int64_t max_tokens)
-        : owned_(std::make_unique<Owned>(config, spec, max_tokens)), memory_(&owned_->memory()), state_(&owned_->state()) {}
+    StateSequence(const Config& config, const StateSpec& spec, int64_t max_tokens, Backend& backend)
+        : owned_(std::make_unique<Owned>(config, spec, max_tokens, backend)),
+          memory_(&owned_->memory()),
+          state_(&owned_->state()) {}
     StateSequence(const Config& config, const StateSpec& spec, SequenceMemory memory)
         : external_(std::move(memory)), memory_(&external_) {
         bound_ = Bind(config, spec, external_);

@@ -40,7 +40,7 @@ class V4Golden : public ::testing::TestWithParam<Case> {
 protected:
     void SetUp() override {
         dir_ = data_path(std::string("v4/") + GetParam().name);
-        backend_ = create_backend("cpu", 2);
+        backend_ = create_backend(testing_support::test_device(), 2);
         model_ = load_model(dir_, *backend_);
         ids_ = load_i32(dir_ + "/ids.npy");
         vocab_ = model_->info().vocab_size;
@@ -122,7 +122,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, V4Golden, ::testing::ValuesIn(kCases),
 // match at the fp32 bound, and greedy must be identical.
 TEST(V4GoldenBf16, MatchesFp32ComputationOfTheSameWeights) {
     const std::string dir = data_path("v4/v4_tiny_b_bf16");
-    auto backend = create_backend("cpu", 2);
+    auto backend = create_backend(testing_support::test_device(), 2);
     auto model = load_model(dir, *backend);
     const std::vector<int32_t> ids = load_i32(dir + "/ids.npy");
     const std::vector<int32_t> ref_gen = load_i32(dir + "/gen_fp32.npy");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,7 +11,18 @@
 
 namespace deepinfer::testing_support {
 
-inline std::string data_path(const std::string& rel) { return std::string(DI_TEST_DATA_DIR) + "/" + rel; }
+// A fixture path: under DEEPINFER_TEST_DATA_DIR when set (binaries run from another checkout), else the
+// source tree's tests/data.
+inline std::string data_path(const std::string& rel) {
+    const char* dir = std::getenv("DEEPINFER_TEST_DATA_DIR");
+    return std::string(dir && *dir ? dir : DI_TEST_DATA_DIR) + "/" + rel;
+}
+
+// The backend the model tests run on: DEEPINFER_TEST_DEVICE (cpu, cuda, cuda:N), cpu by default.
+inline std::string test_device() {
+    const char* d = std::getenv("DEEPINFER_TEST_DEVICE");
+    return d && *d ? d : "cpu";
+}
 
 inline std::vector<float> load_f32(const std::string& path, std::vector<int64_t>* shape = nullptr) {
     NpyArray a = read_npy(path);

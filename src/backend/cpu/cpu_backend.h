@@ -40,6 +40,11 @@ public:
     void indexer_scores(TensorView scores, TensorView q, TensorView keys, TensorView weights, float scale) override;
     void swiglu(TensorView out, TensorView gate, TensorView up, float limit) override;
     void fake_quantize(TensorView x, QuantSim kind, int block) override;
+    void gather_rows(TensorView dst, TensorView rows) override;
+    void scatter_rows(TensorView rows, TensorView src) override;
+    void add(TensorView x, TensorView y) override;
+    void scale(TensorView x, float s) override;
+    void moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) override;
 
 private:
     // out[:, n0:n1] (row stride ldc) = x (row stride lda) . W[w_row0 + n0 : w_row0 + n1, :]^T for T rows.

@@ -1,5 +1,6 @@
 // Row-wise and element-wise ops: RMSNorm, RoPE, SwiGLU, gated pooling.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -95,6 +96,52 @@ void CpuBackend::gated_pool(TensorView out, TensorView kv, TensorView gate) {
                 }
                 o[w * c + ch] = acc / denom;
             }
+        }
+    });
+}
+
+void CpuBackend::gather_rows(TensorView dst, TensorView rows) {
+    const int64_t r = rows.numel(), c = r ? dst.numel() / r : 0;
+    const auto* src = rows.as<float* const>();
+    float* out = dst.f32();
+    for (int64_t i = 0; i < r; ++i) std::memcpy(out + i * c, src[i], c * 4);
+}
+
+void CpuBackend::scatter_rows(TensorView rows, TensorView src) {
+    const int64_t r = rows.numel(), c = r ? src.numel() / r : 0;
+    const auto* dst = rows.as<float* const>();
+    const float* in = src.f32();
+    for (int64_t i = 0; i < r; ++i) std::memcpy(dst[i], in + i * c, c * 4);
+}
+
+void CpuBackend::add(TensorView x, TensorView y) {
+    DI_ICHECK(x.numel() == y.numel(), "add shapes");
+    float* a = x.f32();
+    const float* b = y.f32();
+    for (int64_t i = 0; i < x.numel(); ++i) a[i] += b[i];
+}
+
+void CpuBackend::scale(TensorView x, float s) {
+    float* a = x.f32();
+    for (int64_t i = 0; i < x.numel(); ++i) a[i] *= s;
+}
+
+void CpuBackend::moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) {
+    const int64_t t = out.dim(0), d = out.dim(1), k = t ? weights.numel() / t : 0;
+    const float* rt = routed.f32();
+    const float* w = weights.f32();
+    const float* sh = shared.f32();
+    float* o = out.f32();
+    pool_.parallel_for(t, 16, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+            float* orow = o + r * d;
+            for (int64_t i = 0; i < d; ++i) orow[i] = 0;
+            for (int64_t j = 0; j < k; ++j) {
+                const float wj = w[r * k + j];
+                const float* yrow = rt + (r * k + j) * d;
+                for (int64_t i = 0; i < d; ++i) orow[i] += wj * yrow[i];
+            }
+            for (int64_t i = 0; i < d; ++i) orow[i] += sh[r * d + i];
         }
     });
 }

@@ -151,6 +151,22 @@ public:
         cuda::launch_fake_quantize(x.f32(), x.numel(), block, static_cast<int>(kind), stream_);
     }
 
+    void gather_rows(TensorView dst, TensorView rows) override {
+        const int64_t r = rows.numel();
+        cuda::launch_gather_rows(dst.f32(), rows.as<const float* const>(), r, r ? dst.numel() / r : 0, stream_);
+    }
+    void scatter_rows(TensorView rows, TensorView src) override {
+        const int64_t r = rows.numel();
+        cuda::launch_scatter_rows(rows.as<float* const>(), src.f32(), r, r ? src.numel() / r : 0, stream_);
+    }
+    void add(TensorView x, TensorView y) override { cuda::launch_add(x.f32(), y.f32(), x.numel(), stream_); }
+    void scale(TensorView x, float s) override { cuda::launch_scale(x.f32(), s, x.numel(), stream_); }
+    void moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) override {
+        const int64_t t = out.dim(0);
+        cuda::launch_moe_combine(out.f32(), routed.f32(), weights.f32(), shared.f32(), t, t ? weights.numel() / t : 0,
+                                 out.dim(1), stream_);
+    }
+
 private:
     static void release(void* context, void* data) {
         cudaFreeAsync(data, static_cast<CudaBackend*>(context)->stream_);

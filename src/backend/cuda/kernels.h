@@ -47,4 +47,11 @@ void launch_sparse_attention(float* out, const float* q, const float* keys, cons
 void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
                            int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream);
 
+void launch_gather_rows(float* dst, const float* const* rows, int64_t r, int64_t c, cudaStream_t stream);
+void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_t c, cudaStream_t stream);
+void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);
+void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
+void launch_moe_combine(float* out, const float* routed, const float* weights, const float* shared, int64_t t,
+                        int64_t k, int64_t d, cudaStream_t stream);
+
 }  // namespace deepinfer::cuda

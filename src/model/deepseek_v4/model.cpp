@@ -9,31 +9,36 @@
 #include <set>
 
 #include "backend/backend.h"
-#include "model/debug_dump.h"
 #include "core/thread_pool.h"
+#include "model/debug_dump.h"
 #include "model/moe.h"
 #include "model/state_sequence.h"
+#include "model/step_arrays.h"
 
 namespace deepinfer::dsv4 {
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
 // A DeepSeek-V4 sequence: its state over memory it owns or memory a KV manager gave it.
 using V4Sequence = StateSequence<DeepseekV4Config, SequenceState, OwnedSequenceState, bind_state, truncate_state,
                                  kMaxRollback>;
 
+// Intermediates for DEEPINFER_DEBUG_DUMP (copied to the host first).
+void dump(Backend& be, const std::string& name, TensorView t) {
+    if (debug_dump_enabled()) debug_dump(name, to_host(be, t));
+}
+
 }  // namespace
 
-// The batch as flat rows: row r belongs to sequence seq_of[r] at absolute position positions[r].
+// The batch as flat rows: row r belongs to one sequence at absolute position positions[r].
 struct DeepseekV4Model::Rows {
     struct Seq {
         SequenceState* state;
         int64_t row0, n, pos0;  // rows [row0, row0 + n) hold positions [pos0, pos0 + n)
     };
     int64_t total = 0;
-    std::vector<int32_t> tokens, positions;
+    std::vector<int32_t> tokens, positions;  // host copies
+    TensorView positions_d;                  // [T] I32, backend memory
     std::vector<Seq> seqs;
 };
 
@@ -52,12 +57,23 @@ DeepseekV4Model::DeepseekV4Model(const std::string& dir, const std::string& conf
     info_.description = config_.describe();
     state_spec_ = dsv4::state_spec(config_);
     for (int l = 0; l < config_.num_layers; ++l) moe_params_.push_back(moe_params(config_, l));
-    main_inv_freq_ = rope_inv_freq(config_.main_rope);
-    compress_inv_freq_ = rope_inv_freq(config_.compress_rope);
+    const std::vector<float> main = rope_inv_freq(config_.main_rope), compress = rope_inv_freq(config_.compress_rope);
+    main_inv_freq_ = to_backend(backend_, TensorView(const_cast<float*>(main.data()), DType::kF32,
+                                                    Shape{static_cast<int64_t>(main.size())}));
+    compress_inv_freq_ = to_backend(backend_, TensorView(const_cast<float*>(compress.data()), DType::kF32,
+                                                        Shape{static_cast<int64_t>(compress.size())}));
+    weights_to_backend(backend_, weights_, &device_weights_);
+    // Constant rows for the compressor's empty slots: value 0, gate -inf.
+    const int64_t width = std::max(2 * config_.head_dim, 2 * config_.index_head_dim);
+    std::vector<float> zeros(width, 0.0f), neg_inf(width, -std::numeric_limits<float>::infinity());
+    zero_row_ = backend_.alloc(DType::kF32, Shape{width});
+    neg_inf_row_ = backend_.alloc(DType::kF32, Shape{width});
+    backend_.upload(zero_row_, zeros.data());
+    backend_.upload(neg_inf_row_, neg_inf.data());
 }
 
 std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(int64_t max_tokens) {
-    return std::make_unique<V4Sequence>(config_, state_spec_, max_tokens);
+    return std::make_unique<V4Sequence>(config_, state_spec_, max_tokens, backend_);
 }
 
 std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(SequenceMemory memory) {
@@ -102,18 +118,22 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
         rows.total += len;
     }
     const int64_t T = rows.total;
-    Tensor logits = Tensor::f32(Shape{static_cast<int64_t>(logit_rows.size()), c.vocab_size});
-    if (T == 0) return logits;
+    const int64_t R = static_cast<int64_t>(logit_rows.size());
+    if (T == 0) return Tensor::f32(Shape{R, c.vocab_size});
+    StepArrays arrays(be);
+    rows.positions_d = arrays.i32(rows.positions);
 
     // Residual streams [T, n, D]: the embedding copied into every stream.
-    Tensor x = Tensor::f32(Shape{T, D});
-    be.embedding(x, weights_.embed, rows.tokens.data());
-    Tensor streams = Tensor::f32(Shape{T, n, D}), next = Tensor::f32(Shape{T, n, D});
+    Tensor x = be.alloc(DType::kF32, Shape{T, D});
+    be.embedding(x, weights_.embed, arrays.i32(rows.tokens).as<int32_t>());
+    Tensor streams = be.alloc(DType::kF32, Shape{T, n, D}), next = be.alloc(DType::kF32, Shape{T, n, D});
+    std::vector<float*> copies(T * n);
     for (int64_t r = 0; r < T; ++r)
-        for (int64_t j = 0; j < n; ++j) std::memcpy(streams.f32() + (r * n + j) * D, x.f32() + r * D, D * 4);
+        for (int64_t j = 0; j < n; ++j) copies[r * n + j] = x.f32() + r * D;
+    be.gather_rows(streams.view().reshape(Shape{T * n, D}), arrays.rows(copies));
 
-    Tensor post = Tensor::f32(Shape{T, n}), comb = Tensor::f32(Shape{T, n, n});
-    Tensor xn = Tensor::f32(Shape{T, D}), y = Tensor::f32(Shape{T, D});
+    Tensor post = be.alloc(DType::kF32, Shape{T, n}), comb = be.alloc(DType::kF32, Shape{T, n, n});
+    Tensor xn = be.alloc(DType::kF32, Shape{T, D}), y = be.alloc(DType::kF32, Shape{T, D});
     auto hc = [&](const HcWeights& w) {
         return HcParams{w.fn.f32(), w.base.f32(), w.scale.f32(), static_cast<int>(n), c.hc_sinkhorn_iters, c.hc_eps,
                         c.rms_eps};
@@ -123,7 +143,7 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
         be.hc_pre(x, post, comb, streams, hc(hc_w));
         be.rms_norm(xn, x, norm.f32(), c.rms_eps);
         body(xn.view(), y.view());
-        debug_dump(name, y);
+        dump(be, name, y);
         be.hc_post(next, y, post, comb, streams);
         std::swap(streams, next);
     };
@@ -131,26 +151,31 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
         const LayerWeights& L = weights_.layers[l];
         const std::string tag = "l" + std::to_string(l);
         sublayer(L.hc_attn, L.attn_norm, tag + ".attn", [&](TensorView in, TensorView out) { attention(l, rows, in, out); });
-        sublayer(L.hc_ffn, L.ffn_norm, tag + ".mlp", [&](TensorView in, TensorView out) { moe(l, rows, in, out); });
-        debug_dump("hidden." + std::to_string(l + 1), streams);
+        sublayer(L.hc_ffn, L.ffn_norm, tag + ".mlp", [&](TensorView in, TensorView out) {
+            moe_forward(be, L.moe, moe_params_[l], in, rows.tokens.data(), out);
+        });
+        dump(be, "hidden." + std::to_string(l + 1), streams);
     }
     for (Rows::Seq& s : rows.seqs) s.state->num_tokens += s.n;
 
     // Head: collapse the streams, norm, project the requested rows.
     be.hc_head(x, streams, hc(weights_.hc_head));
-    Tensor selected = Tensor::f32(Shape{static_cast<int64_t>(logit_rows.size()), D});
-    for (size_t i = 0; i < logit_rows.size(); ++i)
-        std::memcpy(selected.f32() + i * D, x.f32() + logit_rows[i] * D, D * 4);
+    Tensor selected = be.alloc(DType::kF32, Shape{R, D});
+    std::vector<float*> picked(R);
+    for (int64_t i = 0; i < R; ++i) picked[i] = x.f32() + logit_rows[i] * D;
+    be.gather_rows(selected, arrays.rows(picked));
     be.rms_norm(selected, selected, weights_.norm.f32(), c.rms_eps);
+    Tensor logits = be.alloc(DType::kF32, Shape{R, c.vocab_size});
     be.linear(logits, selected, weights_.head);
-    return logits;
+    return be.is_host() ? std::move(logits) : to_host(be, logits);
 }
 
 // Emits the compressed entries whose windows close inside this chunk, then stores the chunk's projections
 // in the ring. kv, gate: [T, width] projections of all rows (this sequence's rows are used).
-void DeepseekV4Model::compress(int layer, const Rows& rows, size_t seq, bool indexer, TensorView kv,
-                               TensorView gate) {
+void DeepseekV4Model::compress(int layer, const Rows& rows, size_t seq, bool indexer, TensorView kv, TensorView gate,
+                               StepArrays& arrays) {
     const DeepseekV4Config& c = config_;
+    Backend& be = backend_;
     const Rows::Seq& s = rows.seqs[seq];
     const LayerWeights& L = weights_.layers[layer];
     const CompressorWeights& w = indexer ? L.indexer.compressor : L.compressor;
@@ -161,85 +186,91 @@ void DeepseekV4Model::compress(int layer, const Rows& rows, size_t seq, bool ind
     const int64_t width = overlap ? 2 * cdim : cdim;
     const int64_t ring = st.rows.dim(0);
     const int64_t p0 = s.pos0, end = s.pos0 + s.n;
-    const float* kv_rows = kv.f32() + s.row0 * width;
-    const float* gate_rows = gate.f32() + s.row0 * width;
     float* ring_rows = st.rows.f32();  // [ring, 2 * width]: kv then gate
-
+    // Address of a position's kv (gate) projection: this chunk's rows, or the ring for earlier positions.
     auto kv_at = [&](int64_t pos) {
-        return pos >= p0 ? kv_rows + (pos - p0) * width : ring_rows + (pos % ring) * 2 * width;
+        return pos >= p0 ? kv.f32() + (s.row0 + pos - p0) * width : ring_rows + (pos % ring) * 2 * width;
     };
     auto gate_at = [&](int64_t pos) {
-        return pos >= p0 ? gate_rows + (pos - p0) * width : ring_rows + (pos % ring) * 2 * width + width;
+        return pos >= p0 ? gate.f32() + (s.row0 + pos - p0) * width : ring_rows + (pos % ring) * 2 * width + width;
     };
 
     const int64_t first = p0 / m, last = end / m;  // new entries [first, last)
     if (last > first) {
         const int64_t count = last - first, slots = overlap ? 2 * m : m;
-        Tensor slot_kv = Tensor::f32(Shape{count, slots, cdim}), slot_gate = Tensor::f32(Shape{count, slots, cdim});
+        std::vector<float*> kv_src, gate_src, ape_src;
         std::vector<int32_t> entry_pos(count);
-        const float* ape = w.ape.f32();  // [m, width]
         for (int64_t e = 0; e < count; ++e) {
             const int64_t win = first + e;
             entry_pos[e] = static_cast<int32_t>(win * m);
-            float* kd = slot_kv.f32() + e * slots * cdim;
-            float* gd = slot_gate.f32() + e * slots * cdim;
-            for (int64_t j = 0; j < m; ++j) {
-                // Current window: the second series for CSA (Cb), the only one for HCA.
-                const int64_t pos = win * m + j, off = overlap ? cdim : 0, slot = overlap ? m + j : j;
-                for (int64_t ch = 0; ch < cdim; ++ch) {
-                    kd[slot * cdim + ch] = kv_at(pos)[off + ch];
-                    gd[slot * cdim + ch] = gate_at(pos)[off + ch] + ape[j * width + off + ch];
+            for (int64_t slot = 0; slot < slots; ++slot) {
+                // CSA: slots [0, m) pool the previous window's first series (Ca), [m, 2m) the current
+                // window's second (Cb); HCA: the current window's only series.
+                const bool previous = overlap && slot < m;
+                const int64_t j = previous ? slot : slot - (overlap ? m : 0);
+                const int64_t off = overlap && !previous ? cdim : 0;
+                if (previous && win == 0) {  // no window before the first: empty slots
+                    kv_src.push_back(zero_row_.f32());
+                    gate_src.push_back(neg_inf_row_.f32());
+                } else {
+                    const int64_t pos = (previous ? win - 1 : win) * m + j;
+                    kv_src.push_back(kv_at(pos) + off);
+                    gate_src.push_back(gate_at(pos) + off);
                 }
-                if (!overlap) continue;
-                // Previous window's first series (Ca); empty before the first window.
-                for (int64_t ch = 0; ch < cdim; ++ch) {
-                    if (win == 0) {
-                        kd[j * cdim + ch] = 0;
-                        gd[j * cdim + ch] = kNegInf;
-                    } else {
-                        const int64_t prev = (win - 1) * m + j;
-                        kd[j * cdim + ch] = kv_at(prev)[ch];
-                        gd[j * cdim + ch] = gate_at(prev)[ch] + ape[j * width + ch];
-                    }
-                }
+                ape_src.push_back(w.ape.f32() + j * width + off);
             }
         }
-        Tensor pooled = Tensor::f32(Shape{count, 1, cdim});
-        backend_.gated_pool(pooled, slot_kv, slot_gate);
-        backend_.rms_norm(pooled, pooled, w.norm.f32(), c.rms_eps);
-        backend_.rope(pooled, entry_pos.data(), compress_inv_freq_.data(), c.compress_rope.dim,
-                      static_cast<float>(c.compress_rope.attention_factor), false);
-        for (int64_t e = 0; e < count; ++e) std::memcpy(st.entries->row(first + e), pooled.f32() + e * cdim, cdim * 4);
+        const Shape slot_shape{count, slots, cdim};
+        Tensor slot_kv = be.alloc(DType::kF32, slot_shape), slot_gate = be.alloc(DType::kF32, slot_shape),
+               slot_ape = be.alloc(DType::kF32, slot_shape);
+        be.gather_rows(slot_kv, arrays.rows(kv_src));
+        be.gather_rows(slot_gate, arrays.rows(gate_src));
+        be.gather_rows(slot_ape, arrays.rows(ape_src));
+        be.add(slot_gate, slot_ape);
+        Tensor pooled = be.alloc(DType::kF32, Shape{count, 1, cdim});
+        be.gated_pool(pooled, slot_kv, slot_gate);
+        be.rms_norm(pooled, pooled, w.norm.f32(), c.rms_eps);
+        be.rope(pooled, arrays.i32(entry_pos).as<int32_t>(), compress_inv_freq_.f32(), c.compress_rope.dim,
+                static_cast<float>(c.compress_rope.attention_factor), false);
+        std::vector<float*> dst(count);
+        for (int64_t e = 0; e < count; ++e) dst[e] = st.entries->row(first + e);
+        be.scatter_rows(arrays.rows(dst), pooled);
     }
     // Keep the last `ring` positions' projections for later chunks.
+    std::vector<float*> kv_dst, gate_dst;
     for (int64_t pos = std::max(p0, end - ring); pos < end; ++pos) {
-        float* dst = ring_rows + (pos % ring) * 2 * width;
-        std::memcpy(dst, kv_rows + (pos - p0) * width, width * 4);
-        std::memcpy(dst + width, gate_rows + (pos - p0) * width, width * 4);
+        kv_dst.push_back(ring_rows + (pos % ring) * 2 * width);
+        gate_dst.push_back(ring_rows + (pos % ring) * 2 * width + width);
     }
+    if (kv_dst.empty()) return;
+    const int64_t keep = static_cast<int64_t>(kv_dst.size()), from = s.row0 + s.n - keep;
+    be.scatter_rows(arrays.rows(kv_dst), kv.slice_rows(from, from + keep));
+    be.scatter_rows(arrays.rows(gate_dst), gate.slice_rows(from, from + keep));
 }
 
 void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, TensorView out) {
     const DeepseekV4Config& c = config_;
     Backend& be = backend_;
+    StepArrays arrays(be);
     const LayerWeights& L = weights_.layers[layer];
     const AttnKind kind = c.attn[layer];
     const RopeSpec& rope = c.rope_for_layer(layer);
-    const float* inv_freq = kind == AttnKind::kSliding ? main_inv_freq_.data() : compress_inv_freq_.data();
+    const float* inv_freq = kind == AttnKind::kSliding ? main_inv_freq_.f32() : compress_inv_freq_.f32();
     const float af = static_cast<float>(rope.attention_factor);
     const int64_t T = rows.total, H = c.num_heads, d = c.head_dim, W = c.window;
-    const int32_t* pos = rows.positions.data();
+    const int32_t* pos = rows.positions_d.as<int32_t>();
+    auto alloc = [&](Shape s) { return be.alloc(DType::kF32, s); };
 
     // Queries: low-rank, per-head unweighted RMS, RoPE on the last dims.
-    Tensor cq = Tensor::f32(Shape{T, c.q_lora_rank});
+    Tensor cq = alloc(Shape{T, c.q_lora_rank});
     be.linear(cq, xn, L.wq_a);
     be.rms_norm(cq, cq, L.q_norm.f32(), c.rms_eps);
-    Tensor q = Tensor::f32(Shape{T, H, d});
+    Tensor q = alloc(Shape{T, H, d});
     be.linear(q.view().reshape(Shape{T, H * d}), cq, L.wq_b);
     be.rms_norm(q, q, nullptr, c.rms_eps);
     be.rope(q, pos, inv_freq, rope.dim, af, false);
     // The single K=V head.
-    Tensor kv = Tensor::f32(Shape{T, 1, d});
+    Tensor kv = alloc(Shape{T, 1, d});
     be.linear(kv.view().reshape(Shape{T, d}), xn, L.wkv);
     be.rms_norm(kv, kv, L.kv_norm.f32(), c.rms_eps);
     be.rope(kv, pos, inv_freq, rope.dim, af, false);
@@ -247,58 +278,59 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     Tensor ckv, cgate, ikv, igate, iq, iw;
     if (L.has_compressor) {
         const int64_t width = c.compressor_width(layer);
-        ckv = Tensor::f32(Shape{T, width});
-        cgate = Tensor::f32(Shape{T, width});
+        ckv = alloc(Shape{T, width});
+        cgate = alloc(Shape{T, width});
         be.linear(ckv, xn, L.compressor.wkv);
         be.linear(cgate, xn, L.compressor.wgate);
     }
     if (L.has_indexer) {
         const int64_t hi = c.index_heads, di = c.index_head_dim;
-        ikv = Tensor::f32(Shape{T, 2 * di});
-        igate = Tensor::f32(Shape{T, 2 * di});
+        ikv = alloc(Shape{T, 2 * di});
+        igate = alloc(Shape{T, 2 * di});
         be.linear(ikv, xn, L.indexer.compressor.wkv);
         be.linear(igate, xn, L.indexer.compressor.wgate);
-        iq = Tensor::f32(Shape{T, hi, di});
+        iq = alloc(Shape{T, hi, di});
         be.linear(iq.view().reshape(Shape{T, hi * di}), cq, L.indexer.wq_b);
-        be.rope(iq, pos, compress_inv_freq_.data(), c.compress_rope.dim,
+        be.rope(iq, pos, compress_inv_freq_.f32(), c.compress_rope.dim,
                 static_cast<float>(c.compress_rope.attention_factor), false);
-        iw = Tensor::f32(Shape{T, hi});
+        iw = alloc(Shape{T, hi});
         be.linear(iw, xn, L.indexer.weights_proj);
-        const float wscale = 1.0f / std::sqrt(static_cast<float>(hi));
-        for (int64_t i = 0; i < T * hi; ++i) iw.f32()[i] *= wscale;
+        be.scale(iw, 1.0f / std::sqrt(static_cast<float>(hi)));
     }
 
-    Tensor o = Tensor::f32(Shape{T, H, d});
+    Tensor o = alloc(Shape{T, H, d});
     for (size_t si = 0; si < rows.seqs.size(); ++si) {
         const Rows::Seq& s = rows.seqs[si];
         if (s.n == 0) continue;
         LayerState& st = s.state->layers[layer];
-        if (L.has_compressor) compress(layer, rows, si, false, ckv, cgate);
-        if (L.has_indexer) compress(layer, rows, si, true, ikv, igate);
+        if (L.has_compressor) compress(layer, rows, si, false, ckv, cgate, arrays);
+        if (L.has_indexer) compress(layer, rows, si, true, ikv, igate, arrays);
 
         // Key table: window rows before the chunk, the chunk's rows, then the compressed entries.
         const int64_t p0 = s.pos0, end = s.pos0 + s.n;
         const int64_t m = c.compress_ratio[layer];
         const int64_t prev = std::min<int64_t>(p0, W - 1);
         const int64_t entries = L.has_compressor ? end / m : 0;
-        Tensor keys = Tensor::f32(Shape{prev + s.n + entries, d});
         const int64_t ring = st.window.dim(0);
-        for (int64_t p = p0 - prev; p < p0; ++p)
-            std::memcpy(keys.f32() + (p - (p0 - prev)) * d, st.window.f32() + (p % ring) * d, d * 4);
-        std::memcpy(keys.f32() + prev * d, kv.f32() + s.row0 * d, s.n * d * 4);
-        for (int64_t e = 0; e < entries; ++e)
-            std::memcpy(keys.f32() + (prev + s.n + e) * d, st.compressor.entries->row(e), d * 4);
+        std::vector<float*> key_rows;
+        for (int64_t p = p0 - prev; p < p0; ++p) key_rows.push_back(st.window.f32() + (p % ring) * d);
+        for (int64_t t = 0; t < s.n; ++t) key_rows.push_back(kv.f32() + (s.row0 + t) * d);
+        for (int64_t e = 0; e < entries; ++e) key_rows.push_back(st.compressor.entries->row(e));
+        Tensor keys = alloc(Shape{prev + s.n + entries, d});
+        be.gather_rows(keys, arrays.rows(key_rows));
 
-        // CSA: the indexer picks at most index_topk of the visible entries per query.
+        // CSA: the indexer picks at most index_topk of the visible entries per query (on the host).
         Tensor scores;
         if (L.has_indexer && entries) {
-            scores = Tensor::f32(Shape{s.n, entries});
-            Tensor index_keys = Tensor::f32(Shape{entries, c.index_head_dim});
-            for (int64_t e = 0; e < entries; ++e)
-                std::memcpy(index_keys.f32() + e * c.index_head_dim, st.indexer.entries->row(e), c.index_head_dim * 4);
-            TensorView qrows = iq.view().slice_rows(s.row0, s.row0 + s.n);
-            TensorView wrows = iw.view().slice_rows(s.row0, s.row0 + s.n);
-            be.indexer_scores(scores, qrows, index_keys, wrows, 1.0f / std::sqrt(static_cast<float>(c.index_head_dim)));
+            std::vector<float*> key_src(entries);
+            for (int64_t e = 0; e < entries; ++e) key_src[e] = st.indexer.entries->row(e);
+            Tensor index_keys = alloc(Shape{entries, c.index_head_dim});
+            be.gather_rows(index_keys, arrays.rows(key_src));
+            Tensor dev_scores = alloc(Shape{s.n, entries});
+            be.indexer_scores(dev_scores, iq.view().slice_rows(s.row0, s.row0 + s.n), index_keys,
+                              iw.view().slice_rows(s.row0, s.row0 + s.n),
+                              1.0f / std::sqrt(static_cast<float>(c.index_head_dim)));
+            scores = to_host(be, dev_scores);
             if (si == 0) debug_dump("l" + std::to_string(layer) + ".index_scores", scores);
         }
         std::vector<int32_t> offsets(s.n + 1, 0), indices;
@@ -329,23 +361,21 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         }
         if (kind == AttnKind::kCsa && si == 0) debug_dump("l" + std::to_string(layer) + ".indexer", picks, c.index_topk);
         be.sparse_attention(o.view().slice_rows(s.row0, s.row0 + s.n), q.view().slice_rows(s.row0, s.row0 + s.n),
-                            keys, offsets.data(), indices.data(), L.attn_sink.f32(),
-                            1.0f / std::sqrt(static_cast<float>(d)));
+                            keys, arrays.i32(offsets).as<int32_t>(), arrays.i32(indices).as<int32_t>(),
+                            L.attn_sink.f32(), 1.0f / std::sqrt(static_cast<float>(d)));
 
         // Remember this chunk's K=V rows.
-        for (int64_t p = std::max(p0, end - ring); p < end; ++p)
-            std::memcpy(st.window.f32() + (p % ring) * d, kv.f32() + (s.row0 + p - p0) * d, d * 4);
+        std::vector<float*> dst;
+        for (int64_t p = std::max(p0, end - ring); p < end; ++p) dst.push_back(st.window.f32() + (p % ring) * d);
+        const int64_t keep = static_cast<int64_t>(dst.size());
+        be.scatter_rows(arrays.rows(dst), kv.view().reshape(Shape{T, d}).slice_rows(s.row0 + s.n - keep, s.row0 + s.n));
     }
 
     // Undo the rotation that V (= K) carried into the output, then the grouped low-rank projection.
     be.rope(o, pos, inv_freq, rope.dim, af, true);
-    Tensor z = Tensor::f32(Shape{T, static_cast<int64_t>(c.o_groups) * c.o_lora_rank});
+    Tensor z = alloc(Shape{T, static_cast<int64_t>(c.o_groups) * c.o_lora_rank});
     be.grouped_linear(z, o.view().reshape(Shape{T, H * d}), L.wo_a, c.o_groups);
     be.linear(out, z, L.wo_b);
-}
-
-void DeepseekV4Model::moe(int layer, const Rows& rows, TensorView xn, TensorView out) {
-    moe_forward(backend_, weights_.layers[layer].moe, moe_params_[layer], xn, rows.tokens.data(), out);
 }
 
 }  // namespace deepinfer::dsv4

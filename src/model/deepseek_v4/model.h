@@ -11,6 +11,10 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 
+namespace deepinfer {
+class StepArrays;
+}
+
 namespace deepinfer::dsv4 {
 
 class DeepseekV4Model final : public CausalLM {
@@ -33,8 +37,8 @@ private:
     Tensor forward_states(std::span<const StateInput> batch);
     struct Rows;  // the batch flattened into rows
     void attention(int layer, const Rows& rows, TensorView xn, TensorView out);
-    void moe(int layer, const Rows& rows, TensorView xn, TensorView out);
-    void compress(int layer, const Rows& rows, size_t seq, bool indexer, TensorView kv, TensorView gate);
+    void compress(int layer, const Rows& rows, size_t seq, bool indexer, TensorView kv, TensorView gate,
+                  StepArrays& arrays);
 
     DeepseekV4Config config_;
     Checkpoint checkpoint_;
@@ -43,7 +47,9 @@ private:
     ModelInfo info_;
     StateSpec state_spec_;
     std::vector<MoeParams> moe_params_;
-    std::vector<float> main_inv_freq_, compress_inv_freq_;
+    std::vector<Tensor> device_weights_;         // the weights' copies in backend memory (device backends)
+    Tensor main_inv_freq_, compress_inv_freq_;   // [rope_dim / 2] in backend memory
+    Tensor zero_row_, neg_inf_row_;              // constant rows for empty compressor slots
 };
 
 }  // namespace deepinfer::dsv4

@@ -18,6 +18,10 @@
 #include "model/deepseek_v4/config.h"
 #include "model/model.h"
 
+namespace deepinfer {
+class Backend;
+}
+
 namespace deepinfer::dsv4 {
 
 constexpr int kMaxRollback = 8;
@@ -57,7 +61,7 @@ void truncate_state(SequenceState& state, int64_t new_len);
 // A state that owns contiguous memory for up to max_tokens tokens (CLI, tests).
 class OwnedSequenceState {
 public:
-    OwnedSequenceState(const DeepseekV4Config& config, const StateSpec& spec, int64_t max_tokens);
+    OwnedSequenceState(const DeepseekV4Config& config, const StateSpec& spec, int64_t max_tokens, Backend& backend);
     OwnedSequenceState(const OwnedSequenceState&) = delete;
     OwnedSequenceState& operator=(const OwnedSequenceState&) = delete;
     SequenceState& state() { return state_; }

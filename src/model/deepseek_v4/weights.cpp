@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 
+#include "backend/backend.h"
 #include "core/log.h"
 #include "model/safetensors.h"
 #include "model/weight_loader.h"
@@ -41,6 +42,45 @@ HcWeights load_hc(WeightLoader& w, const std::string& prefix, int rows, int64_t 
     hc.base = w.f32(prefix + "base", Shape{rows});
     hc.scale = w.f32(prefix + "scale", Shape{scales});
     return hc;
+}
+
+void weights_to_backend(Backend& be, DeepseekV4Weights& m, std::vector<Tensor>* storage) {
+    if (be.is_host()) return;
+    auto move = [&](Tensor& t) {
+        if (t.numel()) t = to_backend(be, t.view());
+    };
+    auto move_hc = [&](HcWeights& hc) {
+        move(hc.fn);
+        move(hc.base);
+        move(hc.scale);
+    };
+    auto move_compressor = [&](CompressorWeights& cw) {
+        cw.wkv = to_backend(be, cw.wkv, storage);
+        cw.wgate = to_backend(be, cw.wgate, storage);
+        move(cw.ape);
+        move(cw.norm);
+    };
+    m.embed = to_backend(be, m.embed, storage);
+    m.head = to_backend(be, m.head, storage);
+    move(m.norm);
+    move_hc(m.hc_head);
+    for (LayerWeights& L : m.layers) {
+        move_hc(L.hc_attn);
+        move_hc(L.hc_ffn);
+        move(L.attn_norm);
+        move(L.ffn_norm);
+        move(L.q_norm);
+        move(L.kv_norm);
+        move(L.attn_sink);
+        for (LinearWeight* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b}) *w = to_backend(be, *w, storage);
+        if (L.has_compressor) move_compressor(L.compressor);
+        if (L.has_indexer) {
+            move_compressor(L.indexer.compressor);
+            L.indexer.wq_b = to_backend(be, L.indexer.wq_b, storage);
+            L.indexer.weights_proj = to_backend(be, L.indexer.weights_proj, storage);
+        }
+        moe_to_backend(be, L.moe, storage);
+    }
 }
 
 MoeParams moe_params(const DeepseekV4Config& c, int) {

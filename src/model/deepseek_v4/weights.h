@@ -12,6 +12,7 @@
 #include "model/moe.h"
 
 namespace deepinfer {
+class Backend;
 class Checkpoint;
 class WeightLoader;
 }
@@ -68,6 +69,10 @@ MoeParams moe_params(const DeepseekV4Config& config, int layer);
 
 // `<prefix>fn` [rows, cols], `<prefix>base` [rows], `<prefix>scale` [scales] as fp32.
 HcWeights load_hc(WeightLoader& w, const std::string& prefix, int rows, int64_t cols, int scales);
+
+// Moves every weight the forward reads into the backend's memory (no-op on host backends); the copies are
+// kept in `storage`. Routing tables (tid2eid, the router bias) stay on the host, where routing runs.
+void weights_to_backend(Backend& backend, DeepseekV4Weights& weights, std::vector<Tensor>* storage);
 
 // Loads and validates every tensor the config calls for; errors name the file, tensor and expectation.
 DeepseekV4Weights load_deepseek_v4_weights(Checkpoint& ckpt, const DeepseekV4Config& config);

@@ -82,6 +82,8 @@ DeepseekV41Model::DeepseekV41Model(const std::string& dir, const std::string& co
       weights_(load_deepseek_v41_weights(checkpoint_, config_)),
       backend_(backend),
       truncation_(PrefillTruncation::from_env()) {
+    DI_CHECK(backend.is_host(), "DeepSeek-V4.1 runs on the CPU backend in this version (device '", backend.name(),
+             "' is not supported for it yet)");
     info_.model_type = "deepseek_v41";
     info_.dir = dir;
     info_.vocab_size = config_.vocab_size;
@@ -114,7 +116,7 @@ DeepseekV41Model::DeepseekV41Model(const std::string& dir, const std::string& co
 }
 
 std::unique_ptr<ModelSequence> DeepseekV41Model::new_sequence(int64_t max_tokens) {
-    return std::make_unique<V41Sequence>(config_, state_spec_, max_tokens);
+    return std::make_unique<V41Sequence>(config_, state_spec_, max_tokens, backend_);
 }
 
 std::unique_ptr<ModelSequence> DeepseekV41Model::new_sequence(SequenceMemory memory) {

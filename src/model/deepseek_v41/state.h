@@ -12,6 +12,10 @@
 #include "model/deepseek_v41/config.h"
 #include "model/model.h"
 
+namespace deepinfer {
+class Backend;
+}
+
 namespace deepinfer::dsv41 {
 
 constexpr int kMaxRollback = 8;
@@ -43,7 +47,7 @@ void truncate_state(SequenceState& state, int64_t new_len);
 // Contiguous memory owned by the state, for up to max_tokens tokens.
 class OwnedSequenceState {
 public:
-    OwnedSequenceState(const DeepseekV41Config& config, const StateSpec& spec, int64_t max_tokens);
+    OwnedSequenceState(const DeepseekV41Config& config, const StateSpec& spec, int64_t max_tokens, Backend& backend);
     OwnedSequenceState(const OwnedSequenceState&) = delete;
     OwnedSequenceState& operator=(const OwnedSequenceState&) = delete;
     SequenceState& state() { return state_; }
