@@ -8,6 +8,7 @@
 #include "core/file.h"
 #include "deepinfer/error.h"
 #include "model/deepseek_v4/model.h"
+#include "model/safetensors.h"
 #include "model/deepseek_v41/model.h"
 
 namespace deepinfer {
@@ -67,7 +68,47 @@ int64_t paged_capacity(const StateSpec& spec, const SequenceMemory& memory) {
     return cap;
 }
 
-std::unique_ptr<CausalLM> load_model(const std::string& dir, Backend& backend) {
+void copy_sequence_memory(Backend& backend, const StateSpec& spec, const SequenceMemory& src, SequenceMemory& dst,
+                          int64_t num_tokens) {
+    check_sequence_memory(spec, src);
+    check_sequence_memory(spec, dst);
+    std::vector<float> staging;
+    auto copy_rows = [&](float* to, const float* from, int64_t rows, int64_t row_elems) {
+        staging.resize(static_cast<size_t>(rows * row_elems));
+        const Shape shape{rows, row_elems};
+        backend.download(staging.data(), TensorView(const_cast<float*>(from), DType::kF32, shape));
+        backend.upload(TensorView(to, DType::kF32, shape), staging.data());
+    };
+    for (size_t i = 0; i < spec.buffers.size(); ++i) {
+        const StateBufferSpec& b = spec.buffers[i];
+        if (b.ring_rows > 0) {
+            copy_rows(dst.rings[i].f32(), src.rings[i].f32(), b.ring_rows, b.row_elems);
+            continue;
+        }
+        // Rows [0, rows_for(n)] (the last may be partly filled), in runs that stay inside one block of each.
+        const PagedRows& from = src.pages[i];
+        const PagedRows& to = dst.pages[i];
+        const int64_t rows = std::min(b.rows_for(num_tokens) + 1, from.capacity_rows());
+        DI_CHECK(rows <= to.capacity_rows(), "state buffer ", b.name, ": the copy needs ", rows,
+                 " rows, the destination has ", to.capacity_rows());
+        for (int64_t r = 0; r < rows;) {
+            const int64_t run = std::min({rows - r, from.rows_per_block - r % from.rows_per_block,
+                                          to.rows_per_block - r % to.rows_per_block});
+            copy_rows(to.row(r), from.row(r), run, b.row_elems);
+            r += run;
+        }
+    }
+}
+
+Checkpoint open_checkpoint(const std::string& dir, const LoadOptions& options) {
+    if (options.format == "random") return Checkpoint::synthetic("random weights for " + dir, options.seed);
+    DI_CHECK(options.format == "auto", "load format must be auto or random, got '", options.format, "'");
+    return Checkpoint(dir);
+}
+
+std::unique_ptr<CausalLM> load_model(const std::string& dir, Backend& backend, const LoadOptions& options) {
+    DI_CHECK(options.format == "auto" || options.format == "random", "load format must be auto or random, got '",
+             options.format, "'");
     const std::string config_path = path_join(dir, "config.json");
     DI_CHECK(file_exists(dir), "model directory ", dir, " does not exist");
     DI_CHECK(file_exists(config_path), dir, " has no config.json (expected a Hugging Face checkpoint directory)");
@@ -80,8 +121,8 @@ std::unique_ptr<CausalLM> load_model(const std::string& dir, Backend& backend) {
     } catch (const nlohmann::json::exception& e) {
         DI_THROW(config_path, ": corrupt JSON: ", e.what());
     }
-    if (model_type == "deepseek_v4") return std::make_unique<dsv4::DeepseekV4Model>(dir, text, backend);
-    if (model_type == "deepseek_v41") return std::make_unique<dsv41::DeepseekV41Model>(dir, text, backend);
+    if (model_type == "deepseek_v4") return std::make_unique<dsv4::DeepseekV4Model>(dir, text, backend, options);
+    if (model_type == "deepseek_v41") return std::make_unique<dsv41::DeepseekV41Model>(dir, text, backend, options);
     DI_THROW(config_path, ": unsupported model_type \"", model_type, "\" (supported: deepseek_v4, deepseek_v41)");
 }
 

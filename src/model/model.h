@@ -13,6 +13,7 @@
 namespace deepinfer {
 
 class Backend;
+class Checkpoint;
 
 struct ModelInfo {
     std::string model_type;  // "deepseek_v4"
@@ -67,6 +68,10 @@ SequenceMemory allocate_sequence_memory(const StateSpec& spec, int64_t max_token
 void check_sequence_memory(const StateSpec& spec, const SequenceMemory& memory);
 // Tokens the paged buffers can hold (no limit without paged buffers).
 int64_t paged_capacity(const StateSpec& spec, const SequenceMemory& memory);
+// Copies the state rows of a sequence of num_tokens tokens from src to dst (both laid out as `spec`, in
+// `backend` memory): the rings whole, the paged buffers up to the rows those tokens fill.
+void copy_sequence_memory(Backend& backend, const StateSpec& spec, const SequenceMemory& src, SequenceMemory& dst,
+                          int64_t num_tokens);
 
 // One sequence's model state (K/V rows, compressor inputs, compressed entries, ...).
 class ModelSequence {
@@ -100,13 +105,25 @@ public:
     virtual std::unique_ptr<ModelSequence> new_sequence(SequenceMemory memory) = 0;
     // A sequence that owns memory for up to max_tokens tokens.
     virtual std::unique_ptr<ModelSequence> new_sequence(int64_t max_tokens) = 0;
+    // A sequence that owns memory for up to max_tokens tokens and starts with a copy of src's state (as if
+    // fed src's tokens): n samples of one prompt, or a batch of equal contexts, share one prefill.
+    virtual std::unique_ptr<ModelSequence> fork_sequence(ModelSequence& src, int64_t max_tokens) = 0;
     // Advances every sequence by its tokens and returns the requested logits, [rows, vocab] f32, in batch
     // order. Sequences must be distinct; bad token ids or capacity overflows throw Error before any state
     // is modified.
     virtual Tensor forward(std::span<const SequenceInput> batch) = 0;
 };
 
+struct LoadOptions {
+    // "auto": the checkpoint's weights. "random": random weights in the release formats, so that any
+    // config runs without its checkpoint (the directory needs only config.json).
+    std::string format = "auto";
+    uint64_t seed = 0;  // of the random weights
+};
+
 // Opens a checkpoint directory (config.json + safetensors) with the architecture its model_type names.
-std::unique_ptr<CausalLM> load_model(const std::string& dir, Backend& backend);
+std::unique_ptr<CausalLM> load_model(const std::string& dir, Backend& backend, const LoadOptions& options = {});
+// The checkpoint `options` ask for: the directory's safetensors, or a synthetic one for random weights.
+Checkpoint open_checkpoint(const std::string& dir, const LoadOptions& options);
 
 }  // namespace deepinfer

@@ -39,7 +39,7 @@ MoeWeights load_moe(WeightLoader& w, const std::string& prefix, const MoeParams&
     MoeWeights m;
     m.gate = w.linear(prefix + "gate", p.num_experts, hidden);
     if (hash_routing) {
-        m.tid2eid = w.i32(prefix + "gate.tid2eid", Shape{vocab, p.experts_per_token});
+        m.tid2eid = w.i32(prefix + "gate.tid2eid", Shape{vocab, p.experts_per_token}, p.num_experts);
         for (int32_t e : m.tid2eid)
             DI_CHECK(e >= 0 && e < p.num_experts, w.checkpoint().file_of(w.find(prefix + "gate.tid2eid")),
                      ": tensor '", w.find(prefix + "gate.tid2eid"), "' holds expert id ", e, " outside [0, ",

@@ -150,12 +150,31 @@ const TensorInfo* Checkpoint::find(const std::string& name) const {
 
 std::string Checkpoint::file_of(const std::string& name) const {
     auto it = index_.find(name);
-    return it == index_.end() ? dir_ : it->second.first->path();
+    return it == index_.end() || !it->second.first ? dir_ : it->second.first->path();
+}
+
+Checkpoint Checkpoint::synthetic(const std::string& what, uint64_t seed) {
+    Checkpoint c;
+    c.dir_ = what;
+    c.synthetic_ = true;
+    c.seed_ = seed;
+    return c;
+}
+
+void Checkpoint::add(const std::string& name, Tensor tensor) {
+    DI_ICHECK(synthetic_, "tensors can be added to a synthetic checkpoint only");
+    DI_ICHECK(!index_.count(name), "tensor ", name, " added twice");
+    auto owned = std::make_unique<Owned>();
+    owned->info = TensorInfo{name, tensor.dtype(), tensor.shape(), 0, tensor.view().nbytes()};
+    owned->data = std::move(tensor);
+    index_[name] = {nullptr, &owned->info};
+    owned_[name] = std::move(owned);
 }
 
 TensorView Checkpoint::view(const std::string& name) {
     auto it = index_.find(name);
     DI_CHECK(it != index_.end(), dir_, ": missing tensor '", name, "'");
+    if (!it->second.first) return owned_.at(name)->data.view();
     const SafetensorsFile* f = it->second.first;
     const TensorInfo& t = *it->second.second;
     const uint8_t* p = f->data(t);

@@ -48,6 +48,15 @@ class Checkpoint {
 public:
     // Opens DIR/model.safetensors.index.json if present, else every *.safetensors file in DIR.
     explicit Checkpoint(const std::string& dir);
+    // A checkpoint with no files, filled by add() (random weights drawn under `seed`); `what` names it in
+    // messages.
+    static Checkpoint synthetic(const std::string& what, uint64_t seed);
+    Checkpoint(Checkpoint&&) = default;
+
+    bool is_synthetic() const { return synthetic_; }
+    uint64_t seed() const { return seed_; }
+    // Adds an owned tensor (synthetic checkpoints only); the name must be new.
+    void add(const std::string& name, Tensor tensor);
 
     const std::string& dir() const { return dir_; }
     bool has(const std::string& name) const { return index_.count(name) != 0; }
@@ -59,10 +68,19 @@ public:
     std::string file_of(const std::string& name) const;
 
 private:
+    Checkpoint() = default;
+
     std::string dir_;
     std::vector<std::unique_ptr<SafetensorsFile>> files_;
     std::map<std::string, std::pair<const SafetensorsFile*, const TensorInfo*>> index_;
     std::vector<Tensor> realigned_;  // copies of tensors whose offset is misaligned for their dtype
+    bool synthetic_ = false;
+    uint64_t seed_ = 0;
+    struct Owned {
+        TensorInfo info;
+        Tensor data;
+    };
+    std::map<std::string, std::unique_ptr<Owned>> owned_;  // tensors added to a synthetic checkpoint
 };
 
 }  // namespace deepinfer

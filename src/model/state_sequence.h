@@ -1,6 +1,6 @@
 // A ModelSequence over an architecture's SequenceState, either owning contiguous memory or bound to memory
-// a KV manager provides. `Arch` supplies: SequenceState, OwnedSequenceState, bind_state(), truncate_state()
-// and kMaxRollback (as the dsv4 and dsv41 namespaces do).
+// a KV manager provides. `Arch` supplies: SequenceState, OwnedSequenceState, bind_state(), truncate_state(),
+// copy_progress() and kMaxRollback (as the dsv4 and dsv41 namespaces do).
 #pragma once
 
 #include <memory>
@@ -12,7 +12,8 @@ namespace deepinfer {
 
 class Backend;
 
-template <typename Config, typename State, typename Owned, auto Bind, auto Truncate, int MaxRollback>
+template <typename Config, typename State, typename Owned, auto Bind, auto Truncate, auto CopyProgress,
+          int MaxRollback>
 class StateSequence final : public ModelSequence {
 public:
     StateSequence(const Config& config, const StateSpec& spec, int64_t max_tokens, Backend& backend)
@@ -39,6 +40,14 @@ public:
         return n;
     }
     State& state() { return *state_; }
+
+    // Makes this sequence hold src's state, as if it had been fed src's tokens (it must have the room).
+    void copy_from(const StateSequence& src, Backend& backend, const StateSpec& spec) {
+        DI_CHECK(src.num_tokens() <= capacity(), "cannot copy a state of ", src.num_tokens(),
+                 " tokens into a sequence with room for ", capacity());
+        copy_sequence_memory(backend, spec, *src.memory_, *memory_, src.num_tokens());
+        CopyProgress(*state_, *src.state_);
+    }
 
 private:
     std::unique_ptr<Owned> owned_;

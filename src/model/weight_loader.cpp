@@ -1,6 +1,9 @@
 #include "model/weight_loader.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include "model/random_weights.h"
 
 namespace deepinfer {
 
@@ -50,6 +53,10 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 LinearWeight WeightLoader::linear(const std::string& base, int64_t rows, int64_t cols) {
+    if (absent_to_synthesize(base + ".weight"))
+        for (NamedTensor& t : random_matrix(base, rows, cols, release_format(base), fp8_block_rows_, fp8_block_cols_,
+                                            tensor_seed(ckpt_.seed(), base)))
+            ckpt_.add(t.name, std::move(t.tensor));
     std::string name;
     TensorView data = require(base + ".weight", &name);
     LinearWeight w;
@@ -106,6 +113,8 @@ LinearWeight WeightLoader::linear(const std::string& base, int64_t rows, int64_t
 }
 
 Tensor WeightLoader::f32(const std::string& canonical, Shape shape) {
+    if (absent_to_synthesize(canonical))
+        ckpt_.add(canonical, random_float_tensor(canonical, shape, tensor_seed(ckpt_.seed(), canonical)));
     std::string name;
     TensorView v = require(canonical, &name);
     DI_CHECK(v.shape() == shape, where(ckpt_, name), " has shape ", v.shape().str(), ", expected ", shape.str());
@@ -116,7 +125,10 @@ Tensor WeightLoader::f32(const std::string& canonical, Shape shape) {
     return out;
 }
 
-std::vector<int32_t> WeightLoader::i32(const std::string& canonical, Shape shape) {
+std::vector<int32_t> WeightLoader::i32(const std::string& canonical, Shape shape, int32_t random_bound) {
+    if (absent_to_synthesize(canonical))
+        ckpt_.add(canonical, random_index_table(shape[0], shape.numel() / std::max<int64_t>(shape[0], 1), random_bound,
+                                                tensor_seed(ckpt_.seed(), canonical)));
     std::string name;
     TensorView v = require(canonical, &name);
     DI_CHECK(v.shape() == shape, where(ckpt_, name), " has shape ", v.shape().str(), ", expected ", shape.str());

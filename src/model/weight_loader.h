@@ -15,6 +15,7 @@ namespace deepinfer {
 
 class WeightLoader {
 public:
+    // A synthetic checkpoint (Checkpoint::synthetic) is filled with random tensors as they are requested.
     // aliases: (canonical fragment, alternative fragment) replacements tried in order, e.g.
     // {"embed.weight", "embed_tokens.weight"}. Every candidate is also tried with a "model." prefix.
     WeightLoader(Checkpoint& ckpt, std::vector<std::pair<std::string, std::string>> aliases);
@@ -28,8 +29,9 @@ public:
     LinearWeight linear(const std::string& base, int64_t rows, int64_t cols);
     // A float tensor of the given shape, converted to fp32 (owned).
     Tensor f32(const std::string& canonical, Shape shape);
-    // An integer tensor (I32 or I64) of the given shape, as int32.
-    std::vector<int32_t> i32(const std::string& canonical, Shape shape);
+    // An integer tensor (I32 or I64) of the given shape, as int32. Random weights draw distinct values per
+    // row below random_bound.
+    std::vector<int32_t> i32(const std::string& canonical, Shape shape, int32_t random_bound);
 
     void set_fp8_block(int rows, int cols) {
         fp8_block_rows_ = rows;
@@ -42,6 +44,11 @@ public:
 private:
     TensorView require(const std::string& canonical, std::string* actual);
     std::vector<std::string> candidates(const std::string& canonical) const;
+
+    // A synthetic checkpoint gets random tensors (release formats) for every name first requested.
+    bool absent_to_synthesize(const std::string& canonical) const {
+        return ckpt_.is_synthetic() && find(canonical).empty();
+    }
 
     Checkpoint& ckpt_;
     std::vector<std::pair<std::string, std::string>> aliases_;

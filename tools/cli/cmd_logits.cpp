@@ -19,6 +19,9 @@ int cmd_logits(int argc, char** argv) {
         "out", "output .npy file", cxxopts::value<std::string>())(
         "chunk", "feed the prompt N tokens at a time (0: all at once)", cxxopts::value<int64_t>()->default_value("0"))(
         "device", "cpu or cuda", cxxopts::value<std::string>()->default_value("cpu"))(
+        "load-format", "auto: the checkpoint's weights; random: random weights (needs only config.json)",
+        cxxopts::value<std::string>()->default_value("auto"))(
+        "seed", "seed of random weights", cxxopts::value<uint64_t>()->default_value("0"))(
         "threads", "CPU threads (0: all cores)", cxxopts::value<int>()->default_value("0"))("h,help", "show help");
     auto args = opts.parse(argc, argv);
     if (args.count("help")) {
@@ -34,7 +37,10 @@ int cmd_logits(int argc, char** argv) {
     DI_CHECK(!ids.empty(), "the prompt is empty");
     auto backend = create_backend(args["device"].as<std::string>(), args["threads"].as<int>());
     const double t_load = now_seconds();
-    auto model = load_model(args["model"].as<std::string>(), *backend);
+    LoadOptions load;
+    load.format = args["load-format"].as<std::string>();
+    load.seed = args["seed"].as<uint64_t>();
+    auto model = load_model(args["model"].as<std::string>(), *backend, load);
     const int64_t T = static_cast<int64_t>(ids.size()), V = model->info().vocab_size;
 
     const double t0 = now_seconds();

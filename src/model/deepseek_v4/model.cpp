@@ -20,8 +20,8 @@ namespace deepinfer::dsv4 {
 namespace {
 
 // A DeepSeek-V4 sequence: its state over memory it owns or memory a KV manager gave it.
-using V4Sequence = StateSequence<DeepseekV4Config, SequenceState, OwnedSequenceState, bind_state, truncate_state,
-                                 kMaxRollback>;
+using V4Sequence = StateSequence<DeepseekV4Config, SequenceState, OwnedSequenceState,
+                                 bind_state, truncate_state, copy_progress, kMaxRollback>;
 
 // Intermediates for DEEPINFER_DEBUG_DUMP (copied to the host first).
 void dump(Backend& be, const std::string& name, TensorView t) {
@@ -42,9 +42,10 @@ struct DeepseekV4Model::Rows {
     std::vector<Seq> seqs;
 };
 
-DeepseekV4Model::DeepseekV4Model(const std::string& dir, const std::string& config_json, Backend& backend)
+DeepseekV4Model::DeepseekV4Model(const std::string& dir, const std::string& config_json, Backend& backend,
+                                 const LoadOptions& options)
     : config_(parse_deepseek_v4_config(config_json, path_join(dir, "config.json"))),
-      checkpoint_(dir),
+      checkpoint_(open_checkpoint(dir, options)),
       weights_(load_deepseek_v4_weights(checkpoint_, config_)),
       backend_(backend) {
     info_.model_type = "deepseek_v4";
@@ -74,6 +75,14 @@ DeepseekV4Model::DeepseekV4Model(const std::string& dir, const std::string& conf
 
 std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(int64_t max_tokens) {
     return std::make_unique<V4Sequence>(config_, state_spec_, max_tokens, backend_);
+}
+
+std::unique_ptr<ModelSequence> DeepseekV4Model::fork_sequence(ModelSequence& src, int64_t max_tokens) {
+    auto* from = dynamic_cast<V4Sequence*>(&src);
+    DI_CHECK(from, "fork_sequence: the source does not belong to this model");
+    auto seq = std::make_unique<V4Sequence>(config_, state_spec_, max_tokens, backend_);
+    seq->copy_from(*from, backend_, state_spec_);
+    return seq;
 }
 
 std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(SequenceMemory memory) {

@@ -19,13 +19,16 @@ namespace deepinfer::dsv4 {
 
 class DeepseekV4Model final : public CausalLM {
 public:
-    DeepseekV4Model(const std::string& dir, const std::string& config_json, Backend& backend);
+    DeepseekV4Model(const std::string& dir, const std::string& config_json, Backend& backend,
+                    const LoadOptions& options);
 
     const ModelInfo& info() const override { return info_; }
     const StateSpec& state_spec() const override { return state_spec_; }
     const DeepseekV4Config& config() const { return config_; }
+    const DeepseekV4Weights& weights() const { return weights_; }  // as loaded (host views; benchmarks count them)
     std::unique_ptr<ModelSequence> new_sequence(SequenceMemory memory) override;
     std::unique_ptr<ModelSequence> new_sequence(int64_t max_tokens) override;
+    std::unique_ptr<ModelSequence> fork_sequence(ModelSequence& src, int64_t max_tokens) override;
     Tensor forward(std::span<const SequenceInput> batch) override;
 
 private:

@@ -58,6 +58,9 @@ SequenceState bind_state(const DeepseekV4Config& config, const StateSpec& spec, 
 // Drops the last (num_tokens - new_len) tokens; at most kMaxRollback.
 void truncate_state(SequenceState& state, int64_t new_len);
 
+// Copies src's progress (token counts and bounds, not the memory) into dst.
+void copy_progress(SequenceState& dst, const SequenceState& src);
+
 // A state that owns contiguous memory for up to max_tokens tokens (CLI, tests).
 class OwnedSequenceState {
 public:

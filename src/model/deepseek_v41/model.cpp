@@ -21,8 +21,8 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-using V41Sequence = StateSequence<DeepseekV41Config, SequenceState, OwnedSequenceState, bind_state, truncate_state,
-                                  kMaxRollback>;
+using V41Sequence = StateSequence<DeepseekV41Config, SequenceState, OwnedSequenceState,
+                                  bind_state, truncate_state, copy_progress, kMaxRollback>;
 
 // Indices of the k largest finite values of scores[0..n) (ties to the lower index).
 void top_k_finite(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& order, std::vector<int32_t>& out) {
@@ -76,9 +76,10 @@ struct DeepseekV41Model::Selections {
     std::vector<std::vector<uint8_t>> candidates;  // per row: kept blocks (empty until the candidate source ran)
 };
 
-DeepseekV41Model::DeepseekV41Model(const std::string& dir, const std::string& config_json, Backend& backend)
+DeepseekV41Model::DeepseekV41Model(const std::string& dir, const std::string& config_json, Backend& backend,
+                                 const LoadOptions& options)
     : config_(parse_deepseek_v41_config(config_json, path_join(dir, "config.json"))),
-      checkpoint_(dir),
+      checkpoint_(open_checkpoint(dir, options)),
       weights_(load_deepseek_v41_weights(checkpoint_, config_)),
       backend_(backend),
       truncation_(PrefillTruncation::from_env()) {
@@ -117,6 +118,14 @@ DeepseekV41Model::DeepseekV41Model(const std::string& dir, const std::string& co
 
 std::unique_ptr<ModelSequence> DeepseekV41Model::new_sequence(int64_t max_tokens) {
     return std::make_unique<V41Sequence>(config_, state_spec_, max_tokens, backend_);
+}
+
+std::unique_ptr<ModelSequence> DeepseekV41Model::fork_sequence(ModelSequence& src, int64_t max_tokens) {
+    auto* from = dynamic_cast<V41Sequence*>(&src);
+    DI_CHECK(from, "fork_sequence: the source does not belong to this model");
+    auto seq = std::make_unique<V41Sequence>(config_, state_spec_, max_tokens, backend_);
+    seq->copy_from(*from, backend_, state_spec_);
+    return seq;
 }
 
 std::unique_ptr<ModelSequence> DeepseekV41Model::new_sequence(SequenceMemory memory) {

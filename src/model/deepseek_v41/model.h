@@ -30,13 +30,15 @@ struct PrefillTruncation {
 
 class DeepseekV41Model final : public CausalLM {
 public:
-    DeepseekV41Model(const std::string& dir, const std::string& config_json, Backend& backend);
+    DeepseekV41Model(const std::string& dir, const std::string& config_json, Backend& backend,
+                     const LoadOptions& options);
 
     const ModelInfo& info() const override { return info_; }
     const StateSpec& state_spec() const override { return state_spec_; }
     const DeepseekV41Config& config() const { return config_; }
     std::unique_ptr<ModelSequence> new_sequence(SequenceMemory memory) override;
     std::unique_ptr<ModelSequence> new_sequence(int64_t max_tokens) override;
+    std::unique_ptr<ModelSequence> fork_sequence(ModelSequence& src, int64_t max_tokens) override;
     Tensor forward(std::span<const SequenceInput> batch) override;
 
     void set_prefill_truncation(PrefillTruncation t) { truncation_ = t; }

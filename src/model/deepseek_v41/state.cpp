@@ -48,6 +48,11 @@ SequenceState bind_state(const DeepseekV41Config& c, const StateSpec& spec, cons
     return s;
 }
 
+void copy_progress(SequenceState& dst, const SequenceState& src) {
+    dst.num_tokens = src.num_tokens;
+    dst.late_window_floor = src.late_window_floor;
+}
+
 void truncate_state(SequenceState& state, int64_t new_len) {
     DI_CHECK(new_len >= 0 && new_len <= state.num_tokens, "cannot truncate a state of ", state.num_tokens,
              " tokens to ", new_len);

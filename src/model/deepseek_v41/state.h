@@ -44,6 +44,9 @@ StateSpec state_spec(const DeepseekV41Config& config);
 SequenceState bind_state(const DeepseekV41Config& config, const StateSpec& spec, const SequenceMemory& memory);
 void truncate_state(SequenceState& state, int64_t new_len);
 
+// Copies src's progress (token counts and bounds, not the memory) into dst.
+void copy_progress(SequenceState& dst, const SequenceState& src);
+
 // Contiguous memory owned by the state, for up to max_tokens tokens.
 class OwnedSequenceState {
 public:

@@ -141,6 +141,39 @@ TEST_F(V4State, PagedMemoryGrownBetweenChunksMatchesOwnedMemory) {
     EXPECT_EQ(paged->num_tokens(), pos);
 }
 
+// A fork continues exactly like its source, whatever memory either lives in: here the source's paged
+// buffers have 5-row blocks and the fork's are contiguous, so the copy crosses block boundaries.
+TEST_F(V4State, ForkedSequenceContinuesLikeItsSource) {
+    const StateSpec& spec = model_->state_spec();
+    std::vector<std::unique_ptr<float[]>> storage;
+    SequenceMemory memory;
+    memory.rings.resize(spec.buffers.size());
+    memory.pages.resize(spec.buffers.size());
+    for (size_t i = 0; i < spec.buffers.size(); ++i) {
+        const StateBufferSpec& b = spec.buffers[i];
+        if (b.ring_rows > 0) {
+            storage.emplace_back(new float[b.ring_rows * b.row_elems]());
+            memory.rings[i] = TensorView(storage.back().get(), DType::kF32, Shape{b.ring_rows, b.row_elems});
+            continue;
+        }
+        memory.pages[i] = PagedRows{{}, 5, b.row_elems};
+        while (memory.pages[i].capacity_rows() <= b.rows_for(160)) {
+            storage.emplace_back(new float[5 * b.row_elems]());
+            memory.pages[i].blocks.push_back(storage.back().get());
+        }
+    }
+    auto source = model_->new_sequence(std::move(memory));
+    run(source.get(), std::span<const int32_t>(ids_.data(), 97), 96);  // mid-window for every compressor
+    auto fork = model_->fork_sequence(*source, 200);
+    EXPECT_EQ(fork->num_tokens(), 97);
+    for (int64_t i = 97; i < 140; i += 7) {
+        const auto tokens = std::span<const int32_t>(ids_.data() + i, 7);
+        EXPECT_EQ(run(fork.get(), tokens), run(source.get(), tokens)) << "tokens from " << i;
+    }
+    // A fork without room for the source's tokens is refused.
+    EXPECT_THROW(model_->fork_sequence(*source, 100), Error);
+}
+
 // With the backend in batch-invariant mode, a sequence's logits are bitwise identical alone or batched.
 TEST_F(V4State, BatchInvariantModeIsBitwiseIdentical) {
     backend_->set_batch_invariant(true);

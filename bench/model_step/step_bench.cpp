@@ -1,0 +1,272 @@
+// Step times of the DeepSeek-V4 forward on one device: decode steps at several batch sizes over a common
+// context, and prefill of several batch x length shapes, each beside its floor: the bytes a decode step must
+// read over the measured memory bandwidth, and the FLOPs a prefill must do over the measured matrix rate.
+//   step_bench MODEL_DIR [--device cuda] [--load-format random] [--seed S] [--context 4096]
+//              [--decode-batches 1,8,32,128] [--decode-steps 10] [--prefill 1x4096,8x2048] [--repeats 3]
+//              [--bandwidth-gbs 4300] [--matmul-tflops 790] [--threads N] [--json FILE]
+// The floors count weights in their stored formats (FP8 / FP4 / BF16, scales included) and the KV state at
+// bf16 (what the reference keeps); routed experts count the expected number a batch of uniformly routed
+// tokens touches. Decode sequences are forks of one prefilled context, so every batch sees the same history.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "model/deepseek_v4/model.h"
+#include "model/model.h"
+
+using namespace deepinfer;
+
+namespace {
+
+double seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+double bytes_of(const LinearWeight& w) {
+    return w.empty() ? 0.0 : static_cast<double>(w.data.nbytes() + (w.scale.empty() ? 0 : w.scale.nbytes()));
+}
+double macs_of(const LinearWeight& w) { return w.empty() ? 0.0 : static_cast<double>(w.rows) * w.cols; }
+double bytes_of(const ExpertWeights& e) { return bytes_of(e.w1) + bytes_of(e.w2) + bytes_of(e.w3); }
+double macs_of(const ExpertWeights& e) { return macs_of(e.w1) + macs_of(e.w2) + macs_of(e.w3); }
+
+// Per-layer matrices every token runs through (attention, compressors, indexer projections, router,
+// shared expert), in bytes and multiply-adds per token.
+void dense_layer(const dsv4::LayerWeights& L, double* bytes, double* macs) {
+    std::vector<const LinearWeight*> ws = {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.moe.gate,
+                                           &L.moe.shared.w1, &L.moe.shared.w2, &L.moe.shared.w3};
+    if (L.has_compressor) ws.insert(ws.end(), {&L.compressor.wkv, &L.compressor.wgate});
+    if (L.has_indexer)
+        ws.insert(ws.end(), {&L.indexer.compressor.wkv, &L.indexer.compressor.wgate, &L.indexer.wq_b,
+                             &L.indexer.weights_proj});
+    *bytes = *macs = 0;
+    for (const LinearWeight* w : ws) {
+        *bytes += bytes_of(*w);
+        *macs += macs_of(*w);
+    }
+    // mHC projections (fp32 as released).
+    *bytes += 4.0 * static_cast<double>(L.hc_attn.fn.numel() + L.hc_ffn.fn.numel());
+    *macs += static_cast<double>(L.hc_attn.fn.numel() + L.hc_ffn.fn.numel());
+}
+
+struct Floors {
+    const dsv4::DeepseekV4Config& c;
+    const dsv4::DeepseekV4Weights& w;
+
+    // Bytes one decode step of `batch` sequences at context `ctx` must read.
+    double decode_bytes(int64_t batch, int64_t ctx) const {
+        double total = bytes_of(w.head) + static_cast<double>(batch) * w.embed.cols * 2;
+        for (int l = 0; l < c.num_layers; ++l) {
+            const dsv4::LayerWeights& L = w.layers[l];
+            double b = 0, m = 0;
+            dense_layer(L, &b, &m);
+            const double E = static_cast<double>(L.moe.experts.size()), k = c.experts_per_token;
+            const double touched = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
+            total += b + touched * bytes_of(L.moe.experts.front());
+            // KV at bf16: window rows, then the entries attention or the indexer reads.
+            double kv = static_cast<double>(std::min<int64_t>(ctx, c.window)) * c.head_dim;
+            if (c.attn[l] != dsv4::AttnKind::kSliding) {
+                const int64_t entries = ctx / c.compress_ratio[l];
+                if (c.attn[l] == dsv4::AttnKind::kCsa)
+                    kv += static_cast<double>(std::min<int64_t>(entries, c.index_topk)) * c.head_dim +
+                          static_cast<double>(entries) * c.index_head_dim;
+                else
+                    kv += static_cast<double>(entries) * c.head_dim;
+            }
+            total += static_cast<double>(batch) * kv * 2;
+        }
+        return total;
+    }
+
+    // FLOPs of a prefill of `batch` sequences of `len` tokens (logits for the last token of each).
+    double prefill_flops(int64_t batch, int64_t len) const {
+        double macs = static_cast<double>(batch) * macs_of(w.head);
+        for (int l = 0; l < c.num_layers; ++l) {
+            const dsv4::LayerWeights& L = w.layers[l];
+            double b = 0, m = 0;
+            dense_layer(L, &b, &m);
+            double per_seq = static_cast<double>(len) * (m + c.experts_per_token * macs_of(L.moe.experts.front()));
+            // Attention (scores and values) and the indexer's scoring, position by position.
+            for (int64_t p = 0; p < len; ++p) {
+                double keys = static_cast<double>(std::min<int64_t>(p + 1, c.window));
+                if (c.attn[l] != dsv4::AttnKind::kSliding) {
+                    const int64_t entries = (p + 1) / c.compress_ratio[l];
+                    if (c.attn[l] == dsv4::AttnKind::kCsa) {
+                        keys += static_cast<double>(std::min<int64_t>(entries, c.index_topk));
+                        per_seq += static_cast<double>(entries) * c.index_heads * c.index_head_dim;
+                    } else {
+                        keys += static_cast<double>(entries);
+                    }
+                }
+                per_seq += 2.0 * keys * c.num_heads * c.head_dim;
+            }
+            macs += static_cast<double>(batch) * per_seq;
+        }
+        return 2.0 * macs;
+    }
+};
+
+std::vector<int64_t> parse_list(const std::string& s) {
+    std::vector<int64_t> out;
+    std::stringstream ss(s);
+    for (std::string tok; std::getline(ss, tok, ',');) out.push_back(std::stoll(tok));
+    return out;
+}
+
+std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& s) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    std::stringstream ss(s);
+    for (std::string tok; std::getline(ss, tok, ',');) {
+        const size_t x = tok.find('x');
+        DI_CHECK(x != std::string::npos, "prefill shape '", tok, "' is not BATCHxLENGTH");
+        out.push_back({std::stoll(tok.substr(0, x)), std::stoll(tok.substr(x + 1))});
+    }
+    return out;
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, std::mt19937_64& rng) {
+    std::uniform_int_distribution<int32_t> pick(2, static_cast<int32_t>(vocab - 1));
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& v : t) v = pick(rng);
+    return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: step_bench MODEL_DIR [--device cuda] [--load-format random] [--context N] "
+                             "[--decode-batches a,b] [--decode-steps N] [--prefill BxL,...] [--repeats R] "
+                             "[--bandwidth-gbs X] [--matmul-tflops X] [--threads N] [--json FILE]\n");
+        return 2;
+    }
+    std::string device = "cpu", json_path;
+    LoadOptions load;
+    int64_t context = 4096, decode_steps = 10;
+    int repeats = 3, threads = 0;
+    double bandwidth_gbs = 4300, matmul_tflops = 790;  // H200 copy bandwidth and bf16 GEMM rate measured here
+    std::vector<int64_t> batches = {1, 8, 32, 128};
+    std::vector<std::pair<int64_t, int64_t>> prefills = {{1, 4096}, {8, 2048}};
+    for (int i = 2; i + 1 < argc; i += 2) {
+        const std::string flag = argv[i], v = argv[i + 1];
+        if (flag == "--device") device = v;
+        else if (flag == "--load-format") load.format = v;
+        else if (flag == "--seed") load.seed = std::stoull(v);
+        else if (flag == "--context") context = std::stoll(v);
+        else if (flag == "--decode-batches") batches = parse_list(v);
+        else if (flag == "--decode-steps") decode_steps = std::stoll(v);
+        else if (flag == "--prefill") prefills = v.empty() ? decltype(prefills){} : parse_shapes(v);
+        else if (flag == "--repeats") repeats = std::stoi(v);
+        else if (flag == "--bandwidth-gbs") bandwidth_gbs = std::stod(v);
+        else if (flag == "--matmul-tflops") matmul_tflops = std::stod(v);
+        else if (flag == "--threads") threads = std::stoi(v);
+        else if (flag == "--json") json_path = v;
+        else DI_THROW("unknown flag ", flag);
+    }
+
+    auto backend = create_backend(device, threads);
+    double t0 = seconds();
+    auto model = load_model(argv[1], *backend, load);
+    auto* v4 = dynamic_cast<dsv4::DeepseekV4Model*>(model.get());
+    DI_CHECK(v4, "step_bench counts FLOPs and bytes for DeepSeek-V4 models only");
+    std::printf("model: %s (%s weights), %.2f GB stored; loaded in %.1f s on %s\n",
+                model->info().description.c_str(), load.format.c_str(), model->info().weight_bytes / 1e9,
+                seconds() - t0, backend->name().c_str());
+    const Floors floors{v4->config(), v4->weights()};
+    const int64_t vocab = model->info().vocab_size;
+    std::mt19937_64 rng(1234);
+    nlohmann::json results = {{"device", backend->name()},
+                              {"model", model->info().description},
+                              {"bandwidth_gbs", bandwidth_gbs},
+                              {"matmul_tflops", matmul_tflops},
+                              {"context", context}};
+
+    if (!batches.empty()) {
+        // One context, prefilled in chunks, forked into every decode sequence.
+        const int64_t room = context + decode_steps + 8;
+        auto source = model->new_sequence(room);
+        const std::vector<int32_t> prompt = random_tokens(context, vocab, rng);
+        t0 = seconds();
+        for (int64_t p = 0; p < context; p += 2048) {
+            const int64_t n = std::min<int64_t>(2048, context - p);
+            SequenceInput in{source.get(), std::span<const int32_t>(prompt.data() + p, n), n - 1};
+            model->forward(std::span<const SequenceInput>(&in, 1));
+        }
+        std::printf("context of %lld tokens prefilled in %.2f s\n", static_cast<long long>(context), seconds() - t0);
+        std::printf("%-8s %12s %12s %12s %10s\n", "batch", "step ms", "floor ms", "floor GB", "x floor");
+        for (int64_t batch : batches) {
+            std::vector<std::unique_ptr<ModelSequence>> seqs;
+            for (int64_t b = 0; b < batch; ++b) seqs.push_back(model->fork_sequence(*source, room));
+            std::vector<double> times;
+            for (int64_t step = 0; step < decode_steps + 2; ++step) {
+                const std::vector<int32_t> tokens = random_tokens(batch, vocab, rng);
+                std::vector<SequenceInput> inputs;
+                for (int64_t b = 0; b < batch; ++b)
+                    inputs.push_back({seqs[b].get(), std::span<const int32_t>(&tokens[b], 1), 0});
+                backend->synchronize();
+                const double s = seconds();
+                model->forward(inputs);  // returns host logits: the step has finished
+                if (step >= 2) times.push_back(seconds() - s);  // two warm-up steps
+            }
+            const double ms = median(times) * 1e3, bytes = floors.decode_bytes(batch, context);
+            const double floor_ms = bytes / (bandwidth_gbs * 1e9) * 1e3;
+            std::printf("%-8lld %12.3f %12.3f %12.3f %10.1f\n", static_cast<long long>(batch), ms, floor_ms, bytes / 1e9,
+                        ms / floor_ms);
+            std::fflush(stdout);
+            results["decode"].push_back(
+                {{"batch", batch}, {"step_ms", ms}, {"floor_ms", floor_ms}, {"bytes", bytes}, {"steps", times.size()}});
+        }
+    }
+
+    if (!prefills.empty()) {
+        std::printf("%-10s %12s %14s %12s %12s %10s\n", "prefill", "ms", "tokens/s", "floor ms", "TFLOP", "x floor");
+        for (const auto& [batch, len] : prefills) {
+            std::vector<double> times;
+            for (int r = 0; r < repeats + 1; ++r) {
+                std::vector<std::unique_ptr<ModelSequence>> seqs;
+                std::vector<std::vector<int32_t>> prompts;
+                std::vector<SequenceInput> inputs;
+                for (int64_t b = 0; b < batch; ++b) {
+                    seqs.push_back(model->new_sequence(len));
+                    prompts.push_back(random_tokens(len, vocab, rng));
+                }
+                for (int64_t b = 0; b < batch; ++b) inputs.push_back({seqs[b].get(), prompts[b], len - 1});
+                backend->synchronize();
+                const double s = seconds();
+                model->forward(inputs);
+                if (r > 0) times.push_back(seconds() - s);  // the first is a warm-up
+            }
+            const double ms = median(times) * 1e3, flops = floors.prefill_flops(batch, len);
+            const double floor_ms = flops / (matmul_tflops * 1e12) * 1e3;
+            const double tps = static_cast<double>(batch * len) / (ms / 1e3);
+            std::printf("%-10s %12.2f %14.0f %12.3f %12.2f %10.1f\n",
+                        (std::to_string(batch) + "x" + std::to_string(len)).c_str(), ms, tps, floor_ms, flops / 1e12,
+                        ms / floor_ms);
+            std::fflush(stdout);
+            results["prefill"].push_back({{"batch", batch},
+                                          {"length", len},
+                                          {"ms", ms},
+                                          {"tokens_per_s", tps},
+                                          {"floor_ms", floor_ms},
+                                          {"flops", flops}});
+        }
+    }
+    if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
+    return 0;
+} catch (const std::exception& e) {
+    std::fprintf(stderr, "step_bench: error: %s\n", e.what());
+    return 1;
+}

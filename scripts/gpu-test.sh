@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# GPU tests and the step benchmark on a CUDA machine, in one command:
+#   scripts/gpu-test.sh [--bin DIR] [--out DIR] [--no-bench] [--no-memcheck] [--bench-config DIR]
+# --bin: a folder holding deepinfer, cuda_ops_tests, v4_golden_tests and step_bench (default: the newest
+#   build folder with CUDA, searched for them); libraries they need may sit in DIR/lib or DIR/../lib.
+# --out: where logs and results go (default: gpu-results/). The test data comes from tests/data.
+# Runs: the CUDA op tests (each op against the CPU op), the V4 golden fixtures on the GPU, compute-sanitizer
+# memcheck on the golden full forward and greedy run, generation through the engine on the GPU, then
+# bench/model_step: the card's bandwidth and matrix rate and transformers eager (hf_step_bench.py, when
+# torch and transformers are installed), and step_bench on the same config with --load-format random.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bin="" out="gpu-results" bench=1 memcheck=1 bench_config="bench/configs/deepseek-v4-flash-4l"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bin) bin="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        --no-bench) bench=0; shift ;;
+        --no-memcheck) memcheck=0; shift ;;
+        --bench-config) bench_config="$2"; shift 2 ;;
+        *) echo "gpu-test.sh: unknown argument $1" >&2; exit 2 ;;
+    esac
+done
+mkdir -p "$out"
+
+find_bin() {  # name -> path
+    if [ -n "$bin" ]; then
+        [ -x "$bin/$1" ] && echo "$bin/$1"
+        return
+    fi
+    for dir in build-cuda build; do
+        [ -d "$dir" ] && find "$dir" -name "$1" -type f -perm -u+x 2>/dev/null | head -1 && return
+    done
+}
+for name in deepinfer cuda_ops_tests v4_golden_tests step_bench; do
+    path="$(find_bin "$name")"
+    [ -n "$path" ] || { echo "gpu-test.sh: $name not found (build with -DDI_CUDA=ON, or pass --bin)" >&2; exit 2; }
+    declare "bin_${name}=$path"
+done
+for lib in "$(dirname "$bin_deepinfer")/lib" "$(dirname "$bin_deepinfer")/../lib"; do
+    [ -d "$lib" ] && export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+done
+export DEEPINFER_TEST_DATA_DIR="$PWD/tests/data"
+
+failed=()
+step() {  # name, command...: runs it with its output in $out/<name>.log and a one-line verdict
+    local name="$1"; shift
+    local t0=$SECONDS
+    if "$@" >"$out/$name.log" 2>&1; then
+        echo "PASS  $name ($((SECONDS - t0)) s)"
+    else
+        echo "FAIL  $name ($((SECONDS - t0)) s): see $out/$name.log"
+        tail -n 15 "$out/$name.log" | sed 's/^/      /'
+        failed+=("$name")
+    fi
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+step cuda_ops "$bin_cuda_ops_tests"
+step golden_cuda env DEEPINFER_TEST_DEVICE=cuda "$bin_v4_golden_tests"
+grep -h "tests ran\|PASSED\|FAILED" "$out/cuda_ops.log" "$out/golden_cuda.log" | sed 's/^/      /'
+if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
+    step memcheck env DEEPINFER_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --error-exitcode 1 \
+        "$bin_v4_golden_tests" --gtest_filter='*FullForward*:*Greedy*'
+    grep -h "ERROR SUMMARY" "$out/memcheck.log" | sed 's/^/      /'
+fi
+# Greedy generation through the engine (paged state, async scheduling) gives the same ids on both devices.
+generate() {  # device
+    "$bin_deepinfer" generate --model tests/data/v4/v4_tiny_c --ids-npy tests/data/v4/v4_tiny_c/ids.npy \
+        --max-tokens 48 --temperature 0 --ignore-eos --quiet --device "$1" --out "$out/generate_$1.npy"
+}
+step generate_cuda bash -c "$(declare -f generate); out=$out bin_deepinfer=$bin_deepinfer; generate cpu && \
+    generate cuda && cmp $out/generate_cpu.npy $out/generate_cuda.npy"
+
+if [ $bench = 1 ]; then
+    bw=4300 tf=790
+    if python3 -c "import torch, transformers" 2>/dev/null; then
+        step hf_reference python3 bench/model_step/hf_step_bench.py "$bench_config" --out "$out/hf_step_bench.json"
+        read -r bw tf < <(python3 -c "import json; r = json.load(open('$out/hf_step_bench.json')); \
+print(r['bandwidth_gbs'], r['matmul_tflops'])" 2>/dev/null || echo "$bw $tf")
+    else
+        echo "SKIP  hf_reference (no torch/transformers; floors use ${bw} GB/s and ${tf} TFLOP/s)"
+    fi
+    step step_bench "$bin_step_bench" "$bench_config" --device cuda --load-format random \
+        --bandwidth-gbs "$bw" --matmul-tflops "$tf" --json "$out/step_bench.json"
+    sed -n '/^batch\|^prefill\|^[0-9]/p' "$out/step_bench.log" | sed 's/^/      /'
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+    echo "gpu-test.sh: ${#failed[@]} step(s) failed: ${failed[*]}"
+    exit 1
+fi
+echo "gpu-test.sh: all steps passed; logs in $out/"
