@@ -120,9 +120,11 @@ HostWeight make_weight(std::mt19937& rng, int format, int64_t n, int64_t k) {
     return h;
 }
 
+// Rows 1..8 take the weight-streaming GEMV (k = 96 and 256 split into whole 16-byte chunks), 9 and 70 the
+// tiled kernel; k = 4096 makes each GEMV lane loop several times, k = 100 leaves FP8 on the tiled kernel.
 TEST_F(CudaOps, LinearEveryFormatAndShape) {
     for (int format = 0; format < 5; ++format) {
-        for (int64_t t : {1, 5, 70}) {
+        for (int64_t t : {1, 5, 8, 9, 70}) {
             const int64_t n = 77, k = format == 3 ? 256 : 96;
             HostWeight hw = make_weight(rng_, format, n, k);
             const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
@@ -134,6 +136,40 @@ TEST_F(CudaOps, LinearEveryFormatAndShape) {
             EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "format " << format << " rows " << t;
         }
     }
+}
+
+TEST_F(CudaOps, LinearWideRowsAndUnalignedWidths) {
+    for (int format : {1, 2, 4}) {
+        for (int64_t t : {1, 3}) {
+            for (int64_t k : {int64_t{4096}, int64_t{100}}) {
+                if (format == 4 && k == 100) continue;  // FP4 needs whole groups of 32
+                const int64_t n = 300;
+                HostWeight hw = make_weight(rng_, format, n, k);
+                const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+                Tensor x = host(randn(t * k), Shape{t, k});
+                Tensor ref = Tensor::f32(Shape{t, n});
+                cpu_->linear(ref, x, hw.w);
+                Tensor out = poisoned(Shape{t, n}), xd = device(x);
+                gpu_->linear(out, xd, dw);
+                EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "format " << format << " rows " << t << " k " << k;
+            }
+        }
+    }
+}
+
+// In batch-invariant mode a row's product is bitwise the same whether it runs alone or among 20 rows.
+TEST_F(CudaOps, LinearBatchInvariantModeIgnoresRowCount) {
+    const int64_t n = 64, k = 256;
+    HostWeight hw = make_weight(rng_, 4, n, k);
+    const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+    Tensor x = host(randn(20 * k), Shape{20, k}), xd = device(x);
+    gpu_->set_batch_invariant(true);
+    Tensor all = poisoned(Shape{20, n}), one = poisoned(Shape{1, n});
+    gpu_->linear(all, xd, dw);
+    gpu_->linear(one, xd.view().slice_rows(0, 1), dw);
+    gpu_->set_batch_invariant(false);
+    const std::vector<float> a = fetch(all), b = fetch(one);
+    EXPECT_EQ(std::vector<float>(a.begin(), a.begin() + n), b);
 }
 
 TEST_F(CudaOps, GroupedLinearAndEmbedding) {

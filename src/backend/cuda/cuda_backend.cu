@@ -64,7 +64,8 @@ public:
     std::string name() const override { return "cuda:" + std::to_string(device_); }
     bool is_host() const override { return false; }
     ThreadPool& pool() override { return pool_; }
-    void set_batch_invariant(bool on) override { batch_invariant_ = on; }  // every kernel is row-independent
+    // Every kernel is row-independent; invariant mode also fixes the matmul kernel (see matmul()).
+    void set_batch_invariant(bool on) override { batch_invariant_ = on; }
     bool batch_invariant() const override { return batch_invariant_; }
 
     Tensor alloc(DType dtype, Shape shape) override {
@@ -86,14 +87,23 @@ public:
     void linear(TensorView out, TensorView x, const LinearWeight& w) override {
         const int64_t t = x.dim(0);
         DI_ICHECK(x.ndim() == 2 && x.dim(1) == w.cols && out.numel() == t * w.rows, "linear ", w.name);
-        cuda::launch_gemm(out.f32(), w.rows, x.f32(), w.cols, t, describe(w), 0, w.rows, stream_);
+        matmul(out.f32(), w.rows, x.f32(), w.cols, t, describe(w), 0, w.rows);
     }
     void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) override {
         const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
         DI_ICHECK(w.rows % groups == 0 && x.numel() == t * groups * k && out.numel() == t * w.rows, "grouped_linear");
         const WeightDesc d = describe(w);
         for (int g = 0; g < groups; ++g)
-            cuda::launch_gemm(out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r, stream_);
+            matmul(out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
+    }
+    // Few rows: the weight-streaming GEMV; else the tiled kernel. Batch-invariant mode keeps one kernel for
+    // every row count, so that a row's result never depends on how many rows share the step.
+    void matmul(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& d,
+                int64_t w_row0, int64_t n_out) {
+        if (!batch_invariant_ && cuda::gemv_applies(rows, d))
+            cuda::launch_gemv(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
+        else
+            cuda::launch_gemm(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
     }
     void embedding(TensorView out, const LinearWeight& table, const int32_t* ids) override {
         cuda::launch_embedding(out.f32(), describe(table), ids, out.dim(0), stream_);

@@ -13,6 +13,12 @@ namespace deepinfer::cuda {
 // out[t, n] (row stride ldc) = sum_k x[t, k] (row stride lda) * W[w_row0 + n, k], t < rows, n < n_out.
 void launch_gemm(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                  int64_t w_row0, int64_t n_out, cudaStream_t stream);
+// The same product for at most kGemvMaxRows rows, streaming each weight row once (decode). Applies when
+// gemv_applies(): whole 16-byte chunks per weight row, each inside one scale block.
+constexpr int kGemvMaxRows = 8;
+bool gemv_applies(int64_t rows, const WeightDesc& w);
+void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
+                 int64_t w_row0, int64_t n_out, cudaStream_t stream);
 void launch_embedding(float* out, const WeightDesc& table, const int32_t* ids, int64_t rows, cudaStream_t stream);
 
 void launch_rms_norm(float* out, const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
