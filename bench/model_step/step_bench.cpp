@@ -7,6 +7,8 @@
 // The floors count weights in their stored formats (FP8 / FP4 / BF16, scales included) and the KV state at
 // bf16 (what the reference keeps); routed experts count the expected number a batch of uniformly routed
 // tokens touches. Decode sequences are forks of one prefilled context, so every batch sees the same history.
+// With DEEPINFER_CUDA_PROFILE=1 each measurement is followed by its per-op device time (events around every
+// op add host overhead, so the step times of such a run are not the ones to report).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -144,6 +146,16 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, std::mt19937_64& rn
     return t;
 }
 
+// The backend's per-op times of the last measurement (runs of `steps` steps), if it profiles.
+void print_profile(Backend& backend, const std::string& what, int64_t steps) {
+    const std::string table = backend.take_profile();
+    if (table.empty()) return;
+    std::printf("  per-op device time, %s, %lld steps (warm-ups included):\n", what.c_str(),
+                static_cast<long long>(steps));
+    std::istringstream lines(table);
+    for (std::string line; std::getline(lines, line);) std::printf("    %s\n", line.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -210,6 +222,7 @@ int main(int argc, char** argv) try {
         for (int64_t batch : batches) {
             std::vector<std::unique_ptr<ModelSequence>> seqs;
             for (int64_t b = 0; b < batch; ++b) seqs.push_back(model->fork_sequence(*source, room));
+            backend->take_profile();  // drop the prefill's and the forks' ops
             std::vector<double> times;
             for (int64_t step = 0; step < decode_steps + 2; ++step) {
                 const std::vector<int32_t> tokens = random_tokens(batch, vocab, rng);
@@ -228,12 +241,14 @@ int main(int argc, char** argv) try {
             std::fflush(stdout);
             results["decode"].push_back(
                 {{"batch", batch}, {"step_ms", ms}, {"floor_ms", floor_ms}, {"bytes", bytes}, {"steps", times.size()}});
+            print_profile(*backend, "decode batch " + std::to_string(batch), decode_steps + 2);
         }
     }
 
     if (!prefills.empty()) {
         std::printf("%-10s %12s %14s %12s %12s %10s\n", "prefill", "ms", "tokens/s", "floor ms", "TFLOP", "x floor");
         for (const auto& [batch, len] : prefills) {
+            backend->take_profile();
             std::vector<double> times;
             for (int r = 0; r < repeats + 1; ++r) {
                 std::vector<std::unique_ptr<ModelSequence>> seqs;
@@ -262,6 +277,7 @@ int main(int argc, char** argv) try {
                                           {"tokens_per_s", tps},
                                           {"floor_ms", floor_ms},
                                           {"flops", flops}});
+            print_profile(*backend, "prefill " + std::to_string(batch) + "x" + std::to_string(len), repeats + 1);
         }
     }
     if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";

@@ -47,6 +47,9 @@ public:
     virtual void upload(TensorView dst, const void* src) = 0;
     virtual void download(void* dst, TensorView src) = 0;
     virtual void synchronize() = 0;
+    // Device time per op since the last call, as a table, when the backend profiles (the CUDA backend with
+    // DEEPINFER_CUDA_PROFILE=1); empty otherwise.
+    virtual std::string take_profile() { return {}; }
     // Host thread pool for the loops models run around the ops.
     virtual ThreadPool& pool() = 0;
     // Batch-invariant mode: every op reduces each row in a fixed order that does not depend on how many

@@ -2,9 +2,13 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/op_profiler.h"
 #include "core/thread_pool.h"
 
 namespace deepinfer {
@@ -55,10 +59,16 @@ public:
         DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
         uint64_t threshold = UINT64_MAX;
         DI_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+        void* staging = nullptr;
+        DI_CUDA_CHECK(cudaHostAlloc(&staging, kStagingBytes, cudaHostAllocDefault));
+        staging_ = static_cast<uint8_t*>(staging);
+        profiler_ = std::make_unique<cuda::OpProfiler>(stream_);
     }
     ~CudaBackend() override {
         cudaStreamSynchronize(stream_);
+        profiler_.reset();
         cudaStreamDestroy(stream_);
+        cudaFreeHost(staging_);
     }
 
     std::string name() const override { return "cuda:" + std::to_string(device_); }
@@ -74,15 +84,42 @@ public:
         DI_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
         return Tensor::adopt(p, dtype, shape, &release, this);
     }
+    // Small uploads (the per-step index arrays) are copied into a pinned staging arena and queued without
+    // waiting, so they overlap the kernels already queued; the arena is recycled whenever the stream has
+    // drained. Large ones (weights) go straight from the caller's memory and are waited for. Either way
+    // the caller may reuse src as soon as this returns.
     void upload(TensorView dst, const void* src) override {
-        DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
-        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse src right away
+        const size_t n = dst.nbytes();
+        if (n == 0) return;
+        std::lock_guard<std::mutex> lock(staging_mu_);
+        const auto op = profiler_->scope("upload");
+        if (n > kStagingBytes / 8) {
+            DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src, n, cudaMemcpyHostToDevice, stream_));
+            drain_locked();
+            return;
+        }
+        if (staging_used_ + n > kStagingBytes) drain_locked();  // every staged copy has landed
+        uint8_t* p = staging_ + staging_used_;
+        std::memcpy(p, src, n);
+        staging_used_ += (n + 255) / 256 * 256;
+        DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), p, n, cudaMemcpyHostToDevice, stream_));
     }
     void download(void* dst, TensorView src) override {
-        DI_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
-        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        {
+            std::lock_guard<std::mutex> lock(staging_mu_);
+            const auto op = profiler_->scope("download");
+            DI_CUDA_CHECK(cudaMemcpyAsync(dst, src.data(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+        }
+        synchronize();
     }
-    void synchronize() override { DI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+    void synchronize() override {
+        std::lock_guard<std::mutex> lock(staging_mu_);
+        drain_locked();
+    }
+    std::string take_profile() override {
+        synchronize();
+        return profiler_->take_report();
+    }
 
     void linear(TensorView out, TensorView x, const LinearWeight& w) override {
         const int64_t t = x.dim(0);
@@ -100,20 +137,26 @@ public:
     // every row count, so that a row's result never depends on how many rows share the step.
     void matmul(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& d,
                 int64_t w_row0, int64_t n_out) {
-        if (!batch_invariant_ && cuda::gemv_applies(rows, d))
+        if (!batch_invariant_ && cuda::gemv_applies(rows, d)) {
+            const auto op = profiler_->scope(rows == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
             cuda::launch_gemv(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
-        else
+        } else {
+            const auto op = profiler_->scope("matmul tiled");
             cuda::launch_gemm(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
+        }
     }
     void embedding(TensorView out, const LinearWeight& table, const int32_t* ids) override {
+        const auto op = profiler_->scope("embedding");
         cuda::launch_embedding(out.f32(), describe(table), ids, out.dim(0), stream_);
     }
     void rms_norm(TensorView out, TensorView x, const float* weight, float eps) override {
+        const auto op = profiler_->scope("rms_norm");
         const int64_t c = x.dim(-1);
         cuda::launch_rms_norm(out.f32(), x.f32(), weight, x.numel() / c, c, eps, stream_);
     }
     void rope(TensorView x, const int32_t* positions, const float* inv_freq, int rope_dim, float attention_factor,
               bool inverse) override {
+        const auto op = profiler_->scope("rope");
         cuda::launch_rope(x.f32(), positions, inv_freq, x.dim(0), x.dim(1), x.dim(2), rope_dim, attention_factor,
                           inverse, stream_);
     }
@@ -124,66 +167,96 @@ public:
         hc_collapse(collapsed, streams, pre);
     }
     void hc_mix(TensorView pre, TensorView post, TensorView comb, TensorView streams, const HcParams& p) override {
+        const auto op = profiler_->scope("hc_mix");
         cuda::launch_hc_mix(pre.f32(), post.f32(), comb.f32(), streams.f32(), streams.dim(0), streams.dim(2),
                             describe(p), stream_);
     }
     void hc_collapse(TensorView collapsed, TensorView streams, TensorView pre) override {
+        const auto op = profiler_->scope("hc_collapse");
         cuda::launch_hc_collapse(collapsed.f32(), streams.f32(), pre.f32(), streams.dim(0), streams.dim(1),
                                  streams.dim(2), stream_);
     }
     void hc_post(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams) override {
+        const auto op = profiler_->scope("hc_post");
         cuda::launch_hc_post(out.f32(), y.f32(), post.f32(), comb.f32(), streams.f32(), streams.dim(0), streams.dim(1),
                              streams.dim(2), stream_);
     }
     void hc_head(TensorView out, TensorView streams, const HcParams& p) override {
+        const auto op = profiler_->scope("hc_head");
         Tensor pre = alloc(DType::kF32, Shape{streams.dim(0), p.n});
         cuda::launch_hc_head_pre(pre.f32(), streams.f32(), streams.dim(0), streams.dim(2), describe(p), stream_);
         hc_collapse(out, streams, pre);
     }
     void sparse_attention(TensorView out, TensorView q, TensorView keys, const int32_t* offsets,
                           const int32_t* indices, const float* sinks, float scale) override {
+        const auto op = profiler_->scope("sparse_attention");
         DI_ICHECK(out.shape() == q.shape() && keys.dim(1) == q.dim(2), "sparse_attention shapes");
         cuda::launch_sparse_attention(out.f32(), q.f32(), keys.f32(), offsets, indices, sinks, q.dim(0), q.dim(1),
                                       q.dim(2), scale, stream_);
     }
     void gated_pool(TensorView out, TensorView kv, TensorView gate) override {
+        const auto op = profiler_->scope("gated_pool");
         cuda::launch_gated_pool(out.f32(), kv.f32(), gate.f32(), kv.dim(0), kv.dim(1), kv.dim(2), stream_);
     }
     void indexer_scores(TensorView scores, TensorView q, TensorView keys, TensorView weights, float scale) override {
+        const auto op = profiler_->scope("indexer_scores");
         cuda::launch_indexer_scores(scores.f32(), q.f32(), keys.f32(), weights.f32(), q.dim(0), q.dim(1), q.dim(2),
                                     keys.dim(0), scale, stream_);
     }
     void swiglu(TensorView out, TensorView gate, TensorView up, float limit) override {
+        const auto op = profiler_->scope("swiglu");
         cuda::launch_swiglu(out.f32(), gate.f32(), up.f32(), out.numel(), limit, stream_);
     }
     void fake_quantize(TensorView x, QuantSim kind, int block) override {
+        const auto op = profiler_->scope("fake_quantize");
         DI_ICHECK(block > 0 && x.dim(-1) % block == 0, "fake_quantize block ", block);
         cuda::launch_fake_quantize(x.f32(), x.numel(), block, static_cast<int>(kind), stream_);
     }
 
     void gather_rows(TensorView dst, TensorView rows) override {
+        const auto op = profiler_->scope("gather_rows");
         const int64_t r = rows.numel();
         cuda::launch_gather_rows(dst.f32(), rows.as<const float* const>(), r, r ? dst.numel() / r : 0, stream_);
     }
     void scatter_rows(TensorView rows, TensorView src) override {
+        const auto op = profiler_->scope("scatter_rows");
         const int64_t r = rows.numel();
         cuda::launch_scatter_rows(rows.as<float* const>(), src.f32(), r, r ? src.numel() / r : 0, stream_);
     }
-    void add(TensorView x, TensorView y) override { cuda::launch_add(x.f32(), y.f32(), x.numel(), stream_); }
-    void scale(TensorView x, float s) override { cuda::launch_scale(x.f32(), s, x.numel(), stream_); }
+    void add(TensorView x, TensorView y) override {
+        const auto op = profiler_->scope("add");
+        cuda::launch_add(x.f32(), y.f32(), x.numel(), stream_);
+    }
+    void scale(TensorView x, float s) override {
+        const auto op = profiler_->scope("scale");
+        cuda::launch_scale(x.f32(), s, x.numel(), stream_);
+    }
     void moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) override {
+        const auto op = profiler_->scope("moe_combine");
         const int64_t t = out.dim(0);
         cuda::launch_moe_combine(out.f32(), routed.f32(), weights.f32(), shared.f32(), t, t ? weights.numel() / t : 0,
                                  out.dim(1), stream_);
     }
 
 private:
+    static constexpr size_t kStagingBytes = size_t{32} << 20;
+
+    void drain_locked() {
+        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        staging_used_ = 0;
+        profiler_->collect();
+    }
+
     static void release(void* context, void* data) {
         cudaFreeAsync(data, static_cast<CudaBackend*>(context)->stream_);
     }
 
     int device_;
     cudaStream_t stream_ = nullptr;
+    std::mutex staging_mu_;
+    uint8_t* staging_ = nullptr;  // pinned, kStagingBytes
+    std::unique_ptr<cuda::OpProfiler> profiler_;
+    size_t staging_used_ = 0;
     ThreadPool pool_;
     bool batch_invariant_ = false;
 };

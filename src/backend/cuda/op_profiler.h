@@ -1,0 +1,66 @@
+// Per-op device time for DEEPINFER_CUDA_PROFILE=1: CUDA events around every op of the backend's stream,
+// read back whenever the stream has drained, summed by op name. Off (and free) otherwise.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace deepinfer::cuda {
+
+class OpProfiler {
+public:
+    explicit OpProfiler(cudaStream_t stream);
+    ~OpProfiler();
+    OpProfiler(const OpProfiler&) = delete;
+    OpProfiler& operator=(const OpProfiler&) = delete;
+
+    bool enabled() const { return enabled_; }
+
+    // Marks the op's end on destruction.
+    class Scope {
+    public:
+        Scope(OpProfiler* p, const char* name, cudaEvent_t start) : p_(p), name_(name), start_(start) {}
+        Scope(const Scope&) = delete;
+        Scope& operator=(const Scope&) = delete;
+        ~Scope() {
+            if (p_) p_->end(name_, start_);
+        }
+
+    private:
+        OpProfiler* p_;
+        const char* name_;
+        cudaEvent_t start_;
+    };
+    // `name` must outlive the profiler (a string literal).
+    Scope scope(const char* name);
+
+    // Reads the events of ops that have ended (call after the stream has drained).
+    void collect();
+    // A table of the time per op name since the last call (then cleared); empty when disabled.
+    std::string take_report();
+
+private:
+    struct Pending {
+        const char* name;
+        cudaEvent_t start, stop;
+    };
+    struct Total {
+        double ms = 0;
+        long calls = 0;
+    };
+    void end(const char* name, cudaEvent_t start);
+    cudaEvent_t event();  // needs mu_
+
+    cudaStream_t stream_;
+    bool enabled_ = false;
+    std::mutex mu_;  // ops may be issued from more than one host thread
+    std::vector<Pending> pending_;  // ended ops whose times are not read yet
+    std::vector<cudaEvent_t> free_;
+    std::map<std::string, Total> totals_;
+};
+
+}  // namespace deepinfer::cuda
