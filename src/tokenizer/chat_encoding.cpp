@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "core/json_text.h"
 #include "deepinfer/error.h"
 #include "tokenizer/unicode.h"
 
@@ -74,43 +75,7 @@ std::string render_tools(const std::vector<Json>& functions) {
 
 // ---- Python-compatible JSON text ----
 
-void dump_string(std::string& out, const std::string& s) {
-    out.push_back('"');
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"':
-                out += "\\\"";
-                break;
-            case '\\':
-                out += "\\\\";
-                break;
-            case '\n':
-                out += "\\n";
-                break;
-            case '\r':
-                out += "\\r";
-                break;
-            case '\t':
-                out += "\\t";
-                break;
-            case '\b':
-                out += "\\b";
-                break;
-            case '\f':
-                out += "\\f";
-                break;
-            default:
-                if (c < 0x20) {
-                    char buf[8];
-                    std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-                    out += buf;
-                } else {
-                    out.push_back(static_cast<char>(c));
-                }
-        }
-    }
-    out.push_back('"');
-}
+void dump_string(std::string& out, const std::string& s) { append_json_string(out, s); }
 
 // repr(float): shortest round-trip digits, fixed notation for exponents in [-4, 16), else d.ddde+XX.
 void dump_float(std::string& out, double v) {
