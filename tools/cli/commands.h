@@ -8,5 +8,6 @@ int cmd_generate(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_chat_template(int argc, char** argv);
+int cmd_grammar(int argc, char** argv);
 
 }  // namespace deepinfer::cli

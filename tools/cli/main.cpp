@@ -20,6 +20,7 @@ const Command kCommands[] = {
     {"logits", deepinfer::cli::cmd_logits, "write the logits of every prompt position to a .npy file"},
     {"tokenize", deepinfer::cli::cmd_tokenize, "encode text to token ids (or decode ids) with a tokenizer.json"},
     {"chat-template", deepinfer::cli::cmd_chat_template, "print the DeepSeek-V4 prompt for chat messages"},
+    {"grammar", deepinfer::cli::cmd_grammar, "compile a regex/JSON schema/EBNF grammar and check texts against it"},
 };
 
 void print_usage(std::FILE* out) {
