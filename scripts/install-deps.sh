@@ -9,6 +9,7 @@ packages=(
     libopenblas-dev
     libpcre2-dev libutf8proc-dev libxxhash-dev zlib1g-dev
     libgtest-dev libgmock-dev libbenchmark-dev
+    pybind11-dev python3-dev
 )
 
 missing=()

@@ -23,12 +23,6 @@ std::vector<int32_t> read_ids_npy(const std::string& path) {
     return ids;
 }
 
-std::string resolve_model_dir(const std::string& flag) {
-    if (!flag.empty()) return flag;
-    if (const char* env = std::getenv("DEEPINFER_HF_MODEL_DIR"); env && *env) return env;
-    DI_THROW("no model: pass --model DIR or set DEEPINFER_HF_MODEL_DIR (no default model is embedded yet)");
-}
-
 double now_seconds() {
     using namespace std::chrono;
     return duration<double>(steady_clock::now().time_since_epoch()).count();

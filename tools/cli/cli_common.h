@@ -10,9 +10,6 @@ namespace deepinfer::cli {
 // Token ids from a .npy file: a 1-D integer array, or [1, T].
 std::vector<int32_t> read_ids_npy(const std::string& path);
 
-// --model, else $DEEPINFER_HF_MODEL_DIR, else the default model shipped with DeepInfer.
-std::string resolve_model_dir(const std::string& flag);
-
 double now_seconds();
 
 }  // namespace deepinfer::cli

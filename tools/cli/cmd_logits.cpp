@@ -8,13 +8,15 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "core/npy.h"
+#include "deepinfer/llm.h"
 #include "model/model.h"
 
 namespace deepinfer::cli {
 
 int cmd_logits(int argc, char** argv) {
     cxxopts::Options opts("deepinfer logits", "Write float32 [T, vocab] logits for every position of a prompt.");
-    opts.add_options()("model", "checkpoint directory", cxxopts::value<std::string>())(
+    opts.add_options()("model", "checkpoint directory (default: $DEEPINFER_HF_MODEL_DIR, else the default model)",
+                       cxxopts::value<std::string>()->default_value(""))(
         "ids-npy", "prompt token ids (.npy, 1-D integers)", cxxopts::value<std::string>())(
         "out", "output .npy file", cxxopts::value<std::string>())(
         "chunk", "feed the prompt N tokens at a time (0: all at once)", cxxopts::value<int64_t>()->default_value("0"))(
@@ -28,8 +30,7 @@ int cmd_logits(int argc, char** argv) {
         std::printf("%s\n", opts.help().c_str());
         return 0;
     }
-    DI_CHECK(args.count("model") && args.count("ids-npy") && args.count("out"),
-             "--model, --ids-npy and --out are required (see --help)");
+    DI_CHECK(args.count("ids-npy") && args.count("out"), "--ids-npy and --out are required (see --help)");
     const int64_t chunk = args["chunk"].as<int64_t>();
     DI_CHECK(chunk >= 0, "--chunk must be >= 0");
 
@@ -40,7 +41,7 @@ int cmd_logits(int argc, char** argv) {
     LoadOptions load;
     load.format = args["load-format"].as<std::string>();
     load.seed = args["seed"].as<uint64_t>();
-    auto model = load_model(args["model"].as<std::string>(), *backend, load);
+    auto model = load_model(find_model_dir(args["model"].as<std::string>()), *backend, load);
     const int64_t T = static_cast<int64_t>(ids.size()), V = model->info().vocab_size;
 
     const double t0 = now_seconds();

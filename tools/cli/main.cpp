@@ -17,6 +17,8 @@ struct Command {
 
 const Command kCommands[] = {
     {"generate", deepinfer::cli::cmd_generate, "generate tokens from a prompt"},
+    {"chat", deepinfer::cli::cmd_chat, "chat with the model interactively"},
+    {"bench", deepinfer::cli::cmd_bench, "offline throughput benchmark (requests/s, tokens/s, TTFT, TPOT)"},
     {"logits", deepinfer::cli::cmd_logits, "write the logits of every prompt position to a .npy file"},
     {"tokenize", deepinfer::cli::cmd_tokenize, "encode text to token ids (or decode ids) with a tokenizer.json"},
     {"chat-template", deepinfer::cli::cmd_chat_template, "print the DeepSeek-V4 prompt for chat messages"},

@@ -1,0 +1,79 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <span>
+
+#include "backend/backend.h"
+#include "core/thread_pool.h"
+
+namespace deepinfer::engine {
+
+namespace {
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+void ModelRunner::execute(StepBatch& batch) {
+    batch.compute_start = now();
+    batch.results.assign(batch.items.size(), SampleResult{});
+    try {
+        std::vector<SequenceInput> inputs;
+        std::vector<size_t> sampling;  // items whose last row has logits, in row order
+        inputs.reserve(batch.items.size());
+        for (size_t i = 0; i < batch.items.size(); ++i) {
+            const StepItem& it = batch.items[i];
+            const auto n = static_cast<int64_t>(it.tokens.size());
+            inputs.push_back({it.seq, std::span<const int32_t>(it.tokens), it.samples ? n - 1 : n});
+            if (it.samples) sampling.push_back(i);
+        }
+        Tensor logits = model_.forward(inputs);  // [sampling rows, vocab] f32
+        const int64_t vocab = model_.info().vocab_size;
+        // Rows are independent: each touches only its own request's sampler state.
+        backend_.pool().parallel_for(static_cast<int64_t>(sampling.size()), 1, [&](int64_t b, int64_t e) {
+            for (int64_t r = b; r < e; ++r) {
+                const size_t i = sampling[r];
+                sample_row(logits.f32() + r * vocab, batch.items[i], batch.results[i]);
+            }
+        });
+    } catch (const std::exception& e) {
+        batch.error = e.what();
+    }
+    batch.compute_end = now();
+}
+
+void ModelRunner::sample_row(float* row, const StepItem& item, SampleResult& out) {
+    SamplerState& s = *item.sampler;
+    const auto vocab = static_cast<size_t>(model_.info().vocab_size);
+    std::span<float> logits(row, vocab);
+    try {
+        std::vector<float> raw;
+        if (s.logprobs >= 0) raw.assign(logits.begin(), logits.end());
+        if (s.penalties.active()) apply_penalties(logits, s.penalties, s.history);
+        if (s.num_sampled < s.min_tokens) mask_tokens(logits, s.end_ids);
+        if (s.matcher) {
+            s.matcher->fill_mask(s.mask.data());
+            apply_token_bitmask(logits, s.mask);
+        }
+        if (s.matcher || s.num_sampled < s.min_tokens) {
+            const bool any = std::any_of(logits.begin(), logits.end(), [](float l) { return l > -INFINITY; });
+            DI_CHECK(any, "no token can be generated: ", s.matcher ? "the structured-output grammar" : "",
+                     s.matcher && s.num_sampled < s.min_tokens ? " and " : "",
+                     s.num_sampled < s.min_tokens ? "min_tokens (which masks EOS and stop tokens)" : "",
+                     " exclude every token");
+        }
+        const int32_t token = sample_token(logits, s.options, static_cast<uint64_t>(s.num_sampled));
+        if (s.matcher) {
+            DI_CHECK(s.matcher->accept(token), "the grammar rejected token ", token, " that its mask allowed");
+            out.grammar_terminated = s.matcher->is_terminated();
+        }
+        s.history.add_output(token);
+        ++s.num_sampled;
+        if (s.logprobs >= 0) out.logprobs = compute_logprobs(raw, token, s.logprobs);
+        out.token = token;
+    } catch (const std::exception& e) {
+        out.error = e.what();
+    }
+}
+
+}  // namespace deepinfer::engine

@@ -1,0 +1,30 @@
+// The compute side of a step: one forward over every scheduled sequence, then token selection for the
+// sequences that reached the end of their known tokens (penalties, masks, sampler, logprobs).
+#pragma once
+
+#include <cstdint>
+
+#include "engine/request.h"
+
+namespace deepinfer {
+class Backend;
+}
+
+namespace deepinfer::engine {
+
+class ModelRunner {
+public:
+    ModelRunner(CausalLM& model, Backend& backend) : model_(model), backend_(backend) {}
+
+    // Fills batch.results (one per item) or batch.error, and the compute times. Touches only the batch's
+    // sequences and the sampler state of its sampling requests.
+    void execute(StepBatch& batch);
+
+private:
+    void sample_row(float* row, const StepItem& item, SampleResult& out);
+
+    CausalLM& model_;
+    Backend& backend_;
+};
+
+}  // namespace deepinfer::engine
