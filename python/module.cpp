@@ -28,11 +28,6 @@ int64_t get_int(const std::string& key, py::handle v) {
     return v.cast<int64_t>();
 }
 
-float get_float(const std::string& key, py::handle v) {
-    DI_CHECK(is_int(v) || py::isinstance<py::float_>(v), key, " must be a number, got ", type_name(v));
-    return v.cast<float>();
-}
-
 bool get_bool(const std::string& key, py::handle v) {
     DI_CHECK(py::isinstance<py::bool_>(v), key, " must be True or False, got ", type_name(v));
     return v.cast<bool>();
@@ -61,70 +56,14 @@ SamplingParams to_params(py::handle obj) {
                  type_name(obj));
         d = obj.attr("to_dict")();
     }
-    SamplingParams p;
-    for (auto [k, v] : d) {
-        const std::string key = py::str(k);
-        if (key == "temperature") {
-            p.temperature = get_float(key, v);
-        } else if (key == "top_p") {
-            p.top_p = get_float(key, v);
-        } else if (key == "top_k") {
-            p.top_k = static_cast<int32_t>(get_int(key, v));
-        } else if (key == "min_p") {
-            p.min_p = get_float(key, v);
-        } else if (key == "repetition_penalty") {
-            p.repetition_penalty = get_float(key, v);
-        } else if (key == "presence_penalty") {
-            p.presence_penalty = get_float(key, v);
-        } else if (key == "frequency_penalty") {
-            p.frequency_penalty = get_float(key, v);
-        } else if (key == "max_tokens") {
-            p.max_tokens = v.is_none() ? std::nullopt : std::optional<int64_t>(get_int(key, v));
-        } else if (key == "min_tokens") {
-            p.min_tokens = get_int(key, v);
-        } else if (key == "stop") {
-            p.stop.clear();
-            if (py::isinstance<py::str>(v)) {
-                p.stop.push_back(v.cast<std::string>());
-            } else if (py::isinstance<py::list>(v) || py::isinstance<py::tuple>(v)) {
-                for (py::handle s : v) {
-                    DI_CHECK(py::isinstance<py::str>(s), "stop must be a string or a list of strings; the list holds ",
-                             type_name(s));
-                    p.stop.push_back(s.cast<std::string>());
-                }
-            } else {
-                DI_CHECK(v.is_none(), "stop must be a string or a list of strings, got ", type_name(v));
-            }
-        } else if (key == "stop_token_ids") {
-            p.stop_token_ids = v.is_none() ? std::vector<int32_t>{} : get_ids(key, v);
-        } else if (key == "ignore_eos") {
-            p.ignore_eos = get_bool(key, v);
-        } else if (key == "include_stop_str_in_output") {
-            p.include_stop_str_in_output = get_bool(key, v);
-        } else if (key == "skip_special_tokens") {
-            p.skip_special_tokens = get_bool(key, v);
-        } else if (key == "logprobs") {
-            p.logprobs = v.is_none() ? std::nullopt : std::optional<int32_t>(static_cast<int32_t>(get_int(key, v)));
-        } else if (key == "seq_seed" || key == "seed") {
-            if (!v.is_none()) {
-                const int64_t s = get_int(key, v);
-                DI_CHECK(s >= 0, key, " must be >= 0, got ", s);
-                p.seq_seed = static_cast<uint64_t>(s);
-            }
-        } else if (key == "so_args") {
-            if (py::isinstance<py::str>(v)) {
-                p.so_args = v.cast<std::string>();
-            } else if (py::isinstance<py::dict>(v)) {
-                p.so_args = json_dumps(v);
-            } else {
-                DI_CHECK(v.is_none(), "so_args must be a dict or its JSON text, got ", type_name(v));
-            }
-        } else {
-            DI_THROW("unknown sampling parameter \"", key, "\"");
-        }
+    // One parser for every front end: the dict goes through JSON to SamplingParams::from_json.
+    std::string text;
+    try {
+        text = json_dumps(d);
+    } catch (const py::error_already_set& e) {
+        DI_THROW("sampling parameters must be JSON-serializable values: ", std::string(py::str(e.value())));
     }
-    p.validate();
-    return p;
+    return SamplingParams::from_json(text);
 }
 
 Prompt to_prompt(py::handle obj, const ChatOptions& chat) {

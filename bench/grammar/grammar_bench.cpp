@@ -54,14 +54,7 @@ struct Stats {
 
 std::shared_ptr<const grammar::Vocabulary> load_vocab(const std::string& path, int32_t mask_size) {
     Tokenizer tok = Tokenizer::from_file(path);
-    std::vector<std::string> bytes(tok.vocab_size());
-    std::vector<int32_t> special, stop;
-    for (int32_t i = 0; i < tok.vocab_size(); ++i) {
-        bytes[i] = tok.token_bytes(i);
-        if (tok.is_special(i)) special.push_back(i);
-    }
-    if (tok.eos_id()) stop.push_back(*tok.eos_id());
-    return grammar::Vocabulary::create(std::move(bytes), stop, special, std::max(mask_size, tok.vocab_size()));
+    return grammar::Vocabulary::from_tokenizer(tok, std::nullopt, std::max(mask_size, tok.vocab_size()));
 }
 
 std::string classify_error(const std::string& what) {

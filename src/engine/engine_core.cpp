@@ -151,16 +151,11 @@ std::string EngineCore::apply_chat_template(const std::string& messages_json, co
 
 grammar::GrammarCompiler& EngineCore::grammar_compiler() {
     if (!grammar_) {
-        const int32_t n = static_cast<int32_t>(std::min<int64_t>(tokenizer_->vocab_size(), summary_.vocab_size));
-        std::vector<std::string> bytes(n);
-        std::vector<int32_t> special;
-        for (int32_t i = 0; i < n; ++i) {
-            bytes[i] = tokenizer_->token_bytes(i);
-            if (tokenizer_->is_special(i)) special.push_back(i);
-        }
+        // The model's EOS ids stop generation; tokenizer ids beyond the model's vocabulary are left out.
+        const auto model_vocab = static_cast<int32_t>(summary_.vocab_size);
         std::vector<int32_t> stops(summary_.eos_token_ids.begin(), summary_.eos_token_ids.end());
-        grammar_ = std::make_unique<grammar::GrammarCompiler>(grammar::Vocabulary::create(
-            std::move(bytes), std::move(stops), std::move(special), static_cast<int32_t>(summary_.vocab_size)));
+        grammar_ = std::make_unique<grammar::GrammarCompiler>(
+            grammar::Vocabulary::from_tokenizer(*tokenizer_, std::move(stops), model_vocab, model_vocab));
     }
     return *grammar_;
 }

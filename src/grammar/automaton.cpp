@@ -1119,22 +1119,30 @@ std::shared_ptr<const ByteDfa> finish(Dfa d) {
     return to_byte_dfa(minimize(d));
 }
 
-std::shared_ptr<const ByteDfa> product(const ByteDfa& a, const ByteDfa& b, bool subtract, const BuildLimits& limits) {
-    if (a.num_states == 0) return std::make_shared<ByteDfa>();
-    std::map<std::pair<int32_t, int32_t>, int32_t> ids;
-    std::vector<std::pair<int32_t, int32_t>> pairs;
-    auto intern = [&](int32_t x, int32_t y) {
+// Numbers the state pairs of a product automaton in the order they are first reached.
+struct StatePairs {
+    explicit StatePairs(const BuildLimits& limits) : limits(limits) {}
+    int32_t intern(int32_t x, int32_t y) {
         auto it = ids.find({x, y});
         if (it != ids.end()) return it->second;
         DI_CHECK(static_cast<int64_t>(pairs.size()) < limits.max_states, "grammar too large: more than ",
                  limits.max_states, " DFA states (limit max_states)");
-        int32_t id = static_cast<int32_t>(pairs.size());
+        const auto id = static_cast<int32_t>(pairs.size());
         ids.emplace(std::make_pair(x, y), id);
         pairs.push_back({x, y});
         return id;
-    };
+    }
+    const BuildLimits& limits;
+    std::map<std::pair<int32_t, int32_t>, int32_t> ids;
+    std::vector<std::pair<int32_t, int32_t>> pairs;  // by id
+};
+
+std::shared_ptr<const ByteDfa> product(const ByteDfa& a, const ByteDfa& b, bool subtract, const BuildLimits& limits) {
+    if (a.num_states == 0) return std::make_shared<ByteDfa>();
+    StatePairs states(limits);
+    auto& pairs = states.pairs;
     ByteDfa out;
-    intern(a.start, b.num_states ? b.start : -1);
+    states.intern(a.start, b.num_states ? b.start : -1);
     for (size_t i = 0; i < pairs.size(); ++i) {
         if ((i & 255) == 0) check_deadline(limits);
         auto [x, y] = pairs[i];
@@ -1146,7 +1154,7 @@ std::shared_ptr<const ByteDfa> product(const ByteDfa& a, const ByteDfa& b, bool 
             if (tx < 0) continue;
             int32_t ty = y >= 0 ? b.next[static_cast<size_t>(y) * 256 + c] : -1;
             if (ty < 0 && !subtract) continue;
-            int32_t t = intern(tx, ty);
+            int32_t t = states.intern(tx, ty);
             out.next[i * 256 + c] = t;
         }
     }
@@ -1200,20 +1208,10 @@ std::shared_ptr<const CountedString> make_counted_string(const ByteDfa& content,
     out->max_length = max_length;
     if (content.num_states == 0 || jchar_star.num_states == 0) return nullptr;
     // Product with the all-contents DFA, whose accepting states are exactly the character boundaries.
-    std::map<std::pair<int32_t, int32_t>, int32_t> ids;
-    std::vector<std::pair<int32_t, int32_t>> pairs;
+    StatePairs states(limits);
+    auto& pairs = states.pairs;
     ByteDfa prod;
-    auto intern = [&](int32_t x, int32_t y) {
-        auto it = ids.find({x, y});
-        if (it != ids.end()) return it->second;
-        DI_CHECK(static_cast<int64_t>(pairs.size()) < limits.max_states, "grammar too large: more than ",
-                 limits.max_states, " DFA states (limit max_states)");
-        int32_t id = static_cast<int32_t>(pairs.size());
-        ids.emplace(std::make_pair(x, y), id);
-        pairs.push_back({x, y});
-        return id;
-    };
-    intern(content.start, jchar_star.start);
+    states.intern(content.start, jchar_star.start);
     for (size_t i = 0; i < pairs.size(); ++i) {
         auto [x, y] = pairs[i];
         prod.accept.push_back(content.accept[x] && jchar_star.accept[y]);
@@ -1221,7 +1219,7 @@ std::shared_ptr<const CountedString> make_counted_string(const ByteDfa& content,
         for (int c = 0; c < 256; ++c) {
             int32_t tx = content.next[static_cast<size_t>(x) * 256 + c];
             int32_t ty = jchar_star.next[static_cast<size_t>(y) * 256 + c];
-            if (tx >= 0 && ty >= 0) prod.next[i * 256 + c] = intern(tx, ty);
+            if (tx >= 0 && ty >= 0) prod.next[i * 256 + c] = states.intern(tx, ty);
         }
     }
     int32_t n = static_cast<int32_t>(pairs.size());

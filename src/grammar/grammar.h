@@ -22,6 +22,10 @@
 #include <string_view>
 #include <vector>
 
+namespace deepinfer {
+class Tokenizer;
+}
+
 namespace deepinfer::grammar {
 
 struct TokenTrie;
@@ -34,6 +38,11 @@ public:
     // mask_size: the model's vocabulary size when larger than token_bytes (padding ids never match).
     static std::shared_ptr<const Vocabulary> create(std::vector<std::string> token_bytes, std::vector<int32_t> stop_ids,
                                                     std::vector<int32_t> special_ids = {}, int32_t mask_size = 0);
+    // The first num_tokens tokens of a tokenizer (all when num_tokens <= 0), its special tokens marked;
+    // stop_ids default to the tokenizer's EOS.
+    static std::shared_ptr<const Vocabulary> from_tokenizer(const Tokenizer& tok,
+                                                            std::optional<std::vector<int32_t>> stop_ids = {},
+                                                            int32_t mask_size = 0, int32_t num_tokens = 0);
     ~Vocabulary();
 
     int32_t size() const { return size_; }  // number of mask bits

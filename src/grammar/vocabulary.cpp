@@ -3,6 +3,7 @@
 #include "deepinfer/error.h"
 #include "grammar/grammar.h"
 #include "grammar/token_trie.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer::grammar {
 
@@ -52,6 +53,23 @@ TokenTrie TokenTrie::build(std::vector<std::pair<std::string, int32_t>> entries)
         for (const auto& [node, id] : node_tokens) t.toks[pos[node]++] = id;
     }
     return t;
+}
+
+std::shared_ptr<const Vocabulary> Vocabulary::from_tokenizer(const Tokenizer& tok,
+                                                             std::optional<std::vector<int32_t>> stop_ids,
+                                                             int32_t mask_size, int32_t num_tokens) {
+    const int32_t n = num_tokens > 0 ? std::min(num_tokens, tok.vocab_size()) : tok.vocab_size();
+    std::vector<std::string> bytes(n);
+    std::vector<int32_t> special;
+    for (int32_t i = 0; i < n; ++i) {
+        bytes[i] = tok.token_bytes(i);
+        if (tok.is_special(i)) special.push_back(i);
+    }
+    if (!stop_ids) {
+        stop_ids.emplace();
+        if (tok.eos_id() && *tok.eos_id() < n) stop_ids->push_back(*tok.eos_id());
+    }
+    return create(std::move(bytes), std::move(*stop_ids), std::move(special), mask_size);
 }
 
 std::shared_ptr<const Vocabulary> Vocabulary::create(std::vector<std::string> token_bytes,

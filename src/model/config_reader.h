@@ -12,6 +12,19 @@
 
 namespace deepinfer {
 
+// config.json text as a JSON object: corrupt JSON, or a value that is not an object, is an Error naming
+// `source`.
+inline nlohmann::json parse_config_object(const std::string& text, const std::string& source) {
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        DI_THROW(source, ": corrupt JSON: ", e.what());
+    }
+    DI_CHECK(j.is_object(), source, ": not a JSON object");
+    return j;
+}
+
 class ConfigReader {
 public:
     using Json = nlohmann::json;

@@ -7,9 +7,10 @@
 #include "backend/backend.h"
 #include "core/file.h"
 #include "deepinfer/error.h"
+#include "model/config_reader.h"
+#include "model/deepseek_v41/model.h"
 #include "model/deepseek_v4/model.h"
 #include "model/safetensors.h"
-#include "model/deepseek_v41/model.h"
 
 namespace deepinfer {
 
@@ -107,20 +108,12 @@ Checkpoint open_checkpoint(const std::string& dir, const LoadOptions& options) {
 }
 
 std::unique_ptr<CausalLM> load_model(const std::string& dir, Backend& backend, const LoadOptions& options) {
-    DI_CHECK(options.format == "auto" || options.format == "random", "load format must be auto or random, got '",
-             options.format, "'");
     const std::string config_path = path_join(dir, "config.json");
     DI_CHECK(file_exists(dir), "model directory ", dir, " does not exist");
     DI_CHECK(file_exists(config_path), dir, " has no config.json (expected a Hugging Face checkpoint directory)");
     const std::string text = read_file(config_path);
-    std::string model_type;
-    try {
-        nlohmann::json j = nlohmann::json::parse(text);
-        DI_CHECK(j.is_object(), config_path, ": not a JSON object");
-        if (j.contains("model_type") && j["model_type"].is_string()) model_type = j["model_type"].get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-        DI_THROW(config_path, ": corrupt JSON: ", e.what());
-    }
+    const nlohmann::json j = parse_config_object(text, config_path);
+    const std::string model_type = ConfigReader(j, config_path).string("model_type", "");
     if (model_type == "deepseek_v4") return std::make_unique<dsv4::DeepseekV4Model>(dir, text, backend, options);
     if (model_type == "deepseek_v41") return std::make_unique<dsv41::DeepseekV41Model>(dir, text, backend, options);
     DI_THROW(config_path, ": unsupported model_type \"", model_type, "\" (supported: deepseek_v4, deepseek_v41)");

@@ -60,6 +60,8 @@ protected:
     static std::vector<float> values(const Tensor& t) { return std::vector<float>(t.f32(), t.f32() + t.numel()); }
 
     std::unique_ptr<Backend> cpu_, gpu_;
+    void check_linear(int format, int64_t t, int64_t n, int64_t k);
+
     std::mt19937 rng_;
     std::vector<Tensor> storage_;
 };
@@ -120,20 +122,24 @@ HostWeight make_weight(std::mt19937& rng, int format, int64_t n, int64_t k) {
     return h;
 }
 
+// A [t, k] x [n, k]^T product of a fresh weight in `format` (see make_weight) on both backends.
+void CudaOps::check_linear(int format, int64_t t, int64_t n, int64_t k) {
+    HostWeight hw = make_weight(rng_, format, n, k);
+    const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+    Tensor x = host(randn(t * k), Shape{t, k});
+    Tensor ref = Tensor::f32(Shape{t, n});
+    cpu_->linear(ref, x, hw.w);
+    Tensor out = poisoned(Shape{t, n}), xd = device(x);
+    gpu_->linear(out, xd, dw);
+    EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "format " << format << " rows " << t << " k " << k;
+}
+
 // Rows 1..8 take the weight-streaming GEMV (k = 96 and 256 split into whole 16-byte chunks), 9 and 70 the
 // tiled kernel; k = 4096 makes each GEMV lane loop several times, k = 100 leaves FP8 on the tiled kernel.
 TEST_F(CudaOps, LinearEveryFormatAndShape) {
     for (int format = 0; format < 5; ++format) {
         for (int64_t t : {1, 5, 8, 9, 70}) {
-            const int64_t n = 77, k = format == 3 ? 256 : 96;
-            HostWeight hw = make_weight(rng_, format, n, k);
-            const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
-            Tensor x = host(randn(t * k), Shape{t, k});
-            Tensor ref = Tensor::f32(Shape{t, n});
-            cpu_->linear(ref, x, hw.w);
-            Tensor out = poisoned(Shape{t, n}), xd = device(x);
-            gpu_->linear(out, xd, dw);
-            EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "format " << format << " rows " << t;
+            check_linear(format, t, 77, format == 3 ? 256 : 96);
         }
     }
 }
@@ -143,15 +149,7 @@ TEST_F(CudaOps, LinearWideRowsAndUnalignedWidths) {
         for (int64_t t : {1, 3}) {
             for (int64_t k : {int64_t{4096}, int64_t{100}}) {
                 if (format == 4 && k == 100) continue;  // FP4 needs whole groups of 32
-                const int64_t n = 300;
-                HostWeight hw = make_weight(rng_, format, n, k);
-                const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
-                Tensor x = host(randn(t * k), Shape{t, k});
-                Tensor ref = Tensor::f32(Shape{t, n});
-                cpu_->linear(ref, x, hw.w);
-                Tensor out = poisoned(Shape{t, n}), xd = device(x);
-                gpu_->linear(out, xd, dw);
-                EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "format " << format << " rows " << t << " k " << k;
+                check_linear(format, t, 300, k);
             }
         }
     }

@@ -139,14 +139,7 @@ int cmd_grammar(int argc, char** argv) {
     std::shared_ptr<const grammar::Vocabulary> vocab;
     if (!tokenizer_path.empty()) {
         tok = std::make_unique<Tokenizer>(Tokenizer::from_file(tokenizer_path));
-        std::vector<std::string> bytes(tok->vocab_size());
-        std::vector<int32_t> special, stop;
-        for (int32_t i = 0; i < tok->vocab_size(); ++i) {
-            bytes[i] = tok->token_bytes(i);
-            if (tok->is_special(i)) special.push_back(i);
-        }
-        if (tok->eos_id()) stop.push_back(*tok->eos_id());
-        vocab = grammar::Vocabulary::create(std::move(bytes), stop, special);
+        vocab = grammar::Vocabulary::from_tokenizer(*tok);
     } else {
         vocab = byte_vocab();
     }

@@ -8,18 +8,6 @@ namespace {
 constexpr int kAttnThreads = 128;
 constexpr int kMaxPerThread = 8;  // head_dim <= 1024
 
-__device__ float block_sum(float v) {
-    __shared__ float partial[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    __syncthreads();
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    float total = 0;
-    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += partial[w];
-    return total;
-}
-
 // One block per (query row, head): an online softmax over the row's key list; the sink joins the denominator.
 __global__ void __launch_bounds__(kAttnThreads)
     sparse_attention_kernel(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ keys,

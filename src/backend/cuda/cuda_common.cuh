@@ -66,6 +66,20 @@ __device__ __forceinline__ float fp4e2m1_to_f32(uint8_t code) {
     return (code & 8) ? -v : v;
 }
 
+// Sum over a block (blockDim.x a multiple of 32, <= 1024); every thread gets the result. Every thread of the
+// block must call it (it synchronizes the block).
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float partial[32];
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    float total = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += partial[w];
+    return total;
+}
+
 // W[n, k] as fp32.
 __device__ __forceinline__ float weight_at(const WeightDesc& w, int64_t n, int64_t k) {
     if (w.format == 0) {

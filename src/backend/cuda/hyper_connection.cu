@@ -7,18 +7,6 @@ namespace {
 
 constexpr int kMaxMix = 128;  // (2 + n) * n for n <= 9
 
-__device__ float block_sum(float v) {
-    __shared__ float partial[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    __syncthreads();
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    float total = 0;
-    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += partial[w];
-    return total;
-}
-
 __device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // mix[j] = (fn_j . f) * rsqrt(mean(f^2) + eps) for the token's flattened streams f.

@@ -5,19 +5,6 @@ namespace deepinfer::cuda {
 
 namespace {
 
-// Sum over a block (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
-__device__ float block_sum(float v) {
-    __shared__ float partial[32];
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    __syncthreads();
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    float total = 0;
-    for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) total += partial[w];
-    return total;
-}
-
 __global__ void rms_norm_kernel(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ weight,
                                 int64_t cols, float eps) {
     const float* xr = x + blockIdx.x * cols;

@@ -166,13 +166,7 @@ void read_rope_specs(const Reader& r, DeepseekV4Config& c) {
 }  // namespace
 
 DeepseekV4Config parse_deepseek_v4_config(const std::string& json_text, const std::string& source) {
-    Json j;
-    try {
-        j = Json::parse(json_text);
-    } catch (const Json::exception& e) {
-        DI_THROW(source, ": corrupt JSON: ", e.what());
-    }
-    DI_CHECK(j.is_object(), source, ": not a JSON object");
+    const Json j = parse_config_object(json_text, source);
     Reader r(j, source);
     const std::string model_type = r.string("model_type", "");
     DI_CHECK(model_type == "deepseek_v4", source, ": model_type is \"", model_type, "\", expected \"deepseek_v4\"");

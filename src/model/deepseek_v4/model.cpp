@@ -20,8 +20,8 @@ namespace deepinfer::dsv4 {
 namespace {
 
 // A DeepSeek-V4 sequence: its state over memory it owns or memory a KV manager gave it.
-using V4Sequence = StateSequence<DeepseekV4Config, SequenceState, OwnedSequenceState,
-                                 bind_state, truncate_state, copy_progress, kMaxRollback>;
+using V4Sequence =
+    StateSequence<DeepseekV4Config, SequenceState, bind_state, truncate_state, copy_progress, kMaxRollback>;
 
 // Intermediates for DEEPINFER_DEBUG_DUMP (copied to the host first).
 void dump(Backend& be, const std::string& name, TensorView t) {
@@ -78,11 +78,7 @@ std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(int64_t max_tokens)
 }
 
 std::unique_ptr<ModelSequence> DeepseekV4Model::fork_sequence(ModelSequence& src, int64_t max_tokens) {
-    auto* from = dynamic_cast<V4Sequence*>(&src);
-    DI_CHECK(from, "fork_sequence: the source does not belong to this model");
-    auto seq = std::make_unique<V4Sequence>(config_, state_spec_, max_tokens, backend_);
-    seq->copy_from(*from, backend_, state_spec_);
-    return seq;
+    return V4Sequence::fork(src, config_, state_spec_, max_tokens, backend_);
 }
 
 std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(SequenceMemory memory) {

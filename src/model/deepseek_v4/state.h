@@ -1,5 +1,5 @@
 // Per-sequence DeepSeek-V4 state: everything decoding needs from earlier tokens, in plain tensor views
-// over memory the caller provides (a KV manager, or OwnedSequenceState), with no model object inside.
+// over memory the caller provides (a KV manager, or a sequence that owns its memory), with no model object inside.
 //
 // Per layer: the window ring of K=V rows; for CSA/HCA layers the compressor's per-position inputs (a ring
 // holding the last windows' projections, as vLLM keeps them) and the compressed entries (paged: they grow
@@ -18,10 +18,6 @@
 #include "model/deepseek_v4/config.h"
 #include "model/model.h"
 
-namespace deepinfer {
-class Backend;
-}
-
 namespace deepinfer::dsv4 {
 
 constexpr int kMaxRollback = 8;
@@ -39,7 +35,7 @@ struct LayerState {
 
 struct SequenceState {
     int64_t num_tokens = 0;  // tokens whose effects the state holds
-    int64_t token_limit = INT64_MAX;  // an upper bound set by the memory's owner (OwnedSequenceState: max_tokens)
+    int64_t token_limit = INT64_MAX;  // an upper bound set by the memory's owner (an owning sequence: max_tokens)
     std::vector<LayerState> layers;
     const SequenceMemory* memory = nullptr;
     const StateSpec* spec = nullptr;
@@ -60,23 +56,5 @@ void truncate_state(SequenceState& state, int64_t new_len);
 
 // Copies src's progress (token counts and bounds, not the memory) into dst.
 void copy_progress(SequenceState& dst, const SequenceState& src);
-
-// A state that owns contiguous memory for up to max_tokens tokens (CLI, tests).
-class OwnedSequenceState {
-public:
-    OwnedSequenceState(const DeepseekV4Config& config, const StateSpec& spec, int64_t max_tokens, Backend& backend);
-    OwnedSequenceState(const OwnedSequenceState&) = delete;
-    OwnedSequenceState& operator=(const OwnedSequenceState&) = delete;
-    SequenceState& state() { return state_; }
-    const SequenceState& state() const { return state_; }
-    SequenceMemory& memory() { return memory_; }
-    size_t bytes() const { return bytes_; }
-
-private:
-    std::vector<Tensor> buffers_;  // declared before memory_, which views them
-    SequenceMemory memory_;
-    SequenceState state_;
-    size_t bytes_ = 0;
-};
 
 }  // namespace deepinfer::dsv4

@@ -26,13 +26,7 @@ int nearest_at_or_below(const std::vector<int64_t>& sources, int l) {
 }  // namespace
 
 DeepseekV41Config parse_deepseek_v41_config(const std::string& json_text, const std::string& source) {
-    Json top;
-    try {
-        top = Json::parse(json_text);
-    } catch (const Json::exception& e) {
-        DI_THROW(source, ": corrupt JSON: ", e.what());
-    }
-    DI_CHECK(top.is_object(), source, ": not a JSON object");
+    const Json top = parse_config_object(json_text, source);
     const std::string model_type = top.value("model_type", std::string());
     DI_CHECK(model_type == "deepseek_v41", source, ": model_type is \"", model_type, "\", expected \"deepseek_v41\"");
     // The text model's keys live under text_config in the release; vLLM-style flattened configs hold them

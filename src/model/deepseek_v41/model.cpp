@@ -21,8 +21,8 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-using V41Sequence = StateSequence<DeepseekV41Config, SequenceState, OwnedSequenceState,
-                                  bind_state, truncate_state, copy_progress, kMaxRollback>;
+using V41Sequence =
+    StateSequence<DeepseekV41Config, SequenceState, bind_state, truncate_state, copy_progress, kMaxRollback>;
 
 // Indices of the k largest finite values of scores[0..n) (ties to the lower index).
 void top_k_finite(const float* scores, int64_t n, int64_t k, std::vector<int32_t>& order, std::vector<int32_t>& out) {
@@ -121,11 +121,7 @@ std::unique_ptr<ModelSequence> DeepseekV41Model::new_sequence(int64_t max_tokens
 }
 
 std::unique_ptr<ModelSequence> DeepseekV41Model::fork_sequence(ModelSequence& src, int64_t max_tokens) {
-    auto* from = dynamic_cast<V41Sequence*>(&src);
-    DI_CHECK(from, "fork_sequence: the source does not belong to this model");
-    auto seq = std::make_unique<V41Sequence>(config_, state_spec_, max_tokens, backend_);
-    seq->copy_from(*from, backend_, state_spec_);
-    return seq;
+    return V41Sequence::fork(src, config_, state_spec_, max_tokens, backend_);
 }
 
 std::unique_ptr<ModelSequence> DeepseekV41Model::new_sequence(SequenceMemory memory) {

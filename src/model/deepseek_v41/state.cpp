@@ -63,11 +63,4 @@ void truncate_state(SequenceState& state, int64_t new_len) {
     state.num_tokens = new_len;
 }
 
-OwnedSequenceState::OwnedSequenceState(const DeepseekV41Config& config, const StateSpec& spec, int64_t max_tokens,
-                                       Backend& backend)
-    : memory_(allocate_sequence_memory(spec, max_tokens, backend, &buffers_)) {
-    state_ = bind_state(config, spec, memory_);
-    state_.token_limit = max_tokens;
-}
-
 }  // namespace deepinfer::dsv41

@@ -12,10 +12,6 @@
 #include "model/deepseek_v41/config.h"
 #include "model/model.h"
 
-namespace deepinfer {
-class Backend;
-}
-
 namespace deepinfer::dsv41 {
 
 constexpr int kMaxRollback = 8;
@@ -46,20 +42,5 @@ void truncate_state(SequenceState& state, int64_t new_len);
 
 // Copies src's progress (token counts and bounds, not the memory) into dst.
 void copy_progress(SequenceState& dst, const SequenceState& src);
-
-// Contiguous memory owned by the state, for up to max_tokens tokens.
-class OwnedSequenceState {
-public:
-    OwnedSequenceState(const DeepseekV41Config& config, const StateSpec& spec, int64_t max_tokens, Backend& backend);
-    OwnedSequenceState(const OwnedSequenceState&) = delete;
-    OwnedSequenceState& operator=(const OwnedSequenceState&) = delete;
-    SequenceState& state() { return state_; }
-    SequenceMemory& memory() { return memory_; }
-
-private:
-    std::vector<Tensor> buffers_;  // declared before memory_, which views them
-    SequenceMemory memory_;
-    SequenceState state_;
-};
 
 }  // namespace deepinfer::dsv41

@@ -2,22 +2,16 @@
 // per token, fixed bytes per sequence and the concurrent tokens a memory budget holds.
 #include <gtest/gtest.h>
 
+#include "core/file.h"
 #include "kv/state_manager.h"
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/state.h"
+#include "support/npy_compare.h"
 
 namespace deepinfer {
 namespace {
 
-const char* kFlashConfig = R"({"model_type": "deepseek_v4", "vocab_size": 129280, "hidden_size": 4096,
-    "num_hidden_layers": 43, "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512,
-    "qk_rope_head_dim": 64, "q_lora_rank": 1024, "o_groups": 8, "o_lora_rank": 1024, "sliding_window": 128,
-    "compress_ratios": [0,0,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,
-                        4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,0],
-    "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512, "n_routed_experts": 256,
-    "num_experts_per_tok": 6, "moe_intermediate_size": 2048, "max_position_embeddings": 1048576,
-    "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
-                     "beta_fast": 32, "beta_slow": 1}})";
+const char* kFlashConfig = "v4/deepseek_v4_flash_config.json";  // DeepSeek-V4-Flash, release keys
 
 std::vector<kv::BufferDesc> buffers_of(const StateSpec& spec) {
     std::vector<kv::BufferDesc> out;
@@ -26,7 +20,7 @@ std::vector<kv::BufferDesc> buffers_of(const StateSpec& spec) {
 }
 
 TEST(StateLayout, DeepSeekV4Flash) {
-    const StateSpec spec = dsv4::state_spec(dsv4::parse_deepseek_v4_config(kFlashConfig, "flash config"));
+    const StateSpec spec = dsv4::state_spec(dsv4::parse_deepseek_v4_config(read_file(testing_support::data_path(kFlashConfig)), kFlashConfig));
     const kv::Layout l = kv::make_layout(buffers_of(spec));
     EXPECT_EQ(l.block_tokens, 128);  // lcm of the ratios 4 and 128
     // Pages carry the model's paged bytes exactly (rows are 64-byte multiples, so no slack).

@@ -54,14 +54,7 @@ std::shared_ptr<const Vocabulary> deepseek_vocab() {
     static std::shared_ptr<const Vocabulary> v = []() -> std::shared_ptr<const Vocabulary> {
         const Tokenizer* tok = deepseek_tokenizer();
         if (!tok) return nullptr;
-        std::vector<std::string> bytes(tok->vocab_size());
-        std::vector<int32_t> special, stop;
-        for (int32_t i = 0; i < tok->vocab_size(); ++i) {
-            bytes[i] = tok->token_bytes(i);
-            if (tok->is_special(i)) special.push_back(i);
-        }
-        if (tok->eos_id()) stop.push_back(*tok->eos_id());
-        return Vocabulary::create(std::move(bytes), stop, special, 129280);  // the model's vocabulary size
+        return Vocabulary::from_tokenizer(*tok, std::nullopt, 129280);  // the model's vocabulary size
     }();
     return v;
 }

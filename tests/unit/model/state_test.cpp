@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "core/file.h"
 #include "model/deepseek_v4/model.h"
 #include "model/deepseek_v4/state.h"
 #include "model/model.h"
@@ -29,6 +30,25 @@ protected:
         SequenceInput in{seq, tokens, logits_from};
         Tensor t = model_->forward(std::span<const SequenceInput>(&in, 1));
         return std::vector<float>(t.f32(), t.f32() + t.numel());
+    }
+
+    // Caller-owned memory as a KV manager provides it: the rings, and paged buffers of rows_per_block-row
+    // blocks with no block yet.
+    SequenceMemory caller_memory(int64_t rows_per_block, std::vector<std::unique_ptr<float[]>>& storage) {
+        const StateSpec& spec = model_->state_spec();
+        SequenceMemory memory;
+        memory.rings.resize(spec.buffers.size());
+        memory.pages.resize(spec.buffers.size());
+        for (size_t i = 0; i < spec.buffers.size(); ++i) {
+            const StateBufferSpec& b = spec.buffers[i];
+            if (b.ring_rows > 0) {
+                storage.emplace_back(new float[b.ring_rows * b.row_elems]());
+                memory.rings[i] = TensorView(storage.back().get(), DType::kF32, Shape{b.ring_rows, b.row_elems});
+            } else {
+                memory.pages[i] = PagedRows{{}, rows_per_block, b.row_elems};
+            }
+        }
+        return memory;
     }
 
     std::unique_ptr<Backend> backend_;
@@ -104,18 +124,7 @@ TEST_F(V4State, BatchedSequencesMatchSeparateRuns) {
 TEST_F(V4State, PagedMemoryGrownBetweenChunksMatchesOwnedMemory) {
     const StateSpec& spec = model_->state_spec();
     std::vector<std::unique_ptr<float[]>> storage;
-    SequenceMemory memory;
-    memory.rings.resize(spec.buffers.size());
-    memory.pages.resize(spec.buffers.size());
-    for (size_t i = 0; i < spec.buffers.size(); ++i) {
-        const StateBufferSpec& b = spec.buffers[i];
-        if (b.ring_rows > 0) {
-            storage.emplace_back(new float[b.ring_rows * b.row_elems]());
-            memory.rings[i] = TensorView(storage.back().get(), DType::kF32, Shape{b.ring_rows, b.row_elems});
-        } else {
-            memory.pages[i] = PagedRows{{}, 3, b.row_elems};
-        }
-    }
+    SequenceMemory memory = caller_memory(3, storage);
     auto paged = model_->new_sequence(std::move(memory));
     auto owned = model_->new_sequence(400);
     const int64_t chunks[] = {37, 1, 64, 5, 93};
@@ -146,18 +155,10 @@ TEST_F(V4State, PagedMemoryGrownBetweenChunksMatchesOwnedMemory) {
 TEST_F(V4State, ForkedSequenceContinuesLikeItsSource) {
     const StateSpec& spec = model_->state_spec();
     std::vector<std::unique_ptr<float[]>> storage;
-    SequenceMemory memory;
-    memory.rings.resize(spec.buffers.size());
-    memory.pages.resize(spec.buffers.size());
+    SequenceMemory memory = caller_memory(5, storage);
     for (size_t i = 0; i < spec.buffers.size(); ++i) {
         const StateBufferSpec& b = spec.buffers[i];
-        if (b.ring_rows > 0) {
-            storage.emplace_back(new float[b.ring_rows * b.row_elems]());
-            memory.rings[i] = TensorView(storage.back().get(), DType::kF32, Shape{b.ring_rows, b.row_elems});
-            continue;
-        }
-        memory.pages[i] = PagedRows{{}, 5, b.row_elems};
-        while (memory.pages[i].capacity_rows() <= b.rows_for(160)) {
+        while (b.tokens_per_row > 0 && memory.pages[i].capacity_rows() <= b.rows_for(160)) {
             storage.emplace_back(new float[5 * b.row_elems]());
             memory.pages[i].blocks.push_back(storage.back().get());
         }
@@ -201,16 +202,9 @@ TEST_F(V4State, SameSequenceTwiceInABatchIsRejected) {
 // The state size for the real V4-Flash shape: fp32 entries grow by 21 CSA layers x (512 + 128) / 4 and
 // 20 HCA layers x 512 / 128 floats per token.
 TEST(V4StateLayout, FlashBytesPerToken) {
-    const std::string cfg = R"({"model_type": "deepseek_v4", "vocab_size": 129280, "hidden_size": 4096,
-        "num_hidden_layers": 43, "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512,
-        "qk_rope_head_dim": 64, "q_lora_rank": 1024, "o_groups": 8, "o_lora_rank": 1024, "sliding_window": 128,
-        "compress_ratios": [0,0,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,
-                            4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,0],
-        "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512, "n_routed_experts": 256,
-        "num_experts_per_tok": 6, "moe_intermediate_size": 2048, "max_position_embeddings": 1048576,
-        "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536,
-                         "beta_fast": 32, "beta_slow": 1}})";
-    const dsv4::DeepseekV4Config c = dsv4::parse_deepseek_v4_config(cfg, "flash config");
+    const char* kFlashConfig = "v4/deepseek_v4_flash_config.json";  // DeepSeek-V4-Flash, release keys
+    const dsv4::DeepseekV4Config c =
+        dsv4::parse_deepseek_v4_config(read_file(data_path(kFlashConfig)), kFlashConfig);
     EXPECT_EQ(c.compress_rope.dim, 64);
     const std::vector<float> inv = dsv4::rope_inv_freq(c.compress_rope);
     // YaRN bounds for Flash are low 15, high 25: dims below 15 keep the base frequency, above 25 are /16.
