@@ -1,38 +1,41 @@
-// Manifold-constrained hyper-connections: coefficients (one block per token), collapse and expand.
+// Manifold-constrained hyper-connections: mix coefficients (dot products spread over (token, row) blocks, then
+// a per-token finish with Sinkhorn), collapse and expand.
 #include "backend/cuda/kernels.h"
 
 namespace deepinfer::cuda {
 
 namespace {
 
-constexpr int kMaxMix = 128;  // (2 + n) * n for n <= 9
-
 __device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// mix[j] = (fn_j . f) * rsqrt(mean(f^2) + eps) for the token's flattened streams f.
-__device__ void mix_logits(const float* f, int64_t width, const float* fn, int rows, float norm_eps, float* mix) {
+// mix[t, j] = (fn_j . f_t) * rsqrt(mean(f_t^2) + eps) for token t's flattened streams f_t [n * D]. One block
+// per (t, j): a decode step has a handful of tokens, and one block per token left all but a few
+// multiprocessors idle while it walked (2 + n) * n dot products of n * D.
+__global__ void mix_logits_kernel(float* __restrict__ mix, const float* __restrict__ streams, int64_t width,
+                                  const float* __restrict__ fn, float norm_eps) {
+    const int64_t t = blockIdx.x;
+    const int j = blockIdx.y, rows = gridDim.y;
+    const float* f = streams + t * width;
     float ss = 0;
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += f[i] * f[i];
     const float inv = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(width) + norm_eps);
-    for (int j = 0; j < rows; ++j) {
-        float acc = 0;
-        for (int64_t i = threadIdx.x; i < width; i += blockDim.x) acc += (f[i] * inv) * fn[j * width + i];
-        acc = block_sum(acc);
-        if (threadIdx.x == 0) mix[j] = acc;
-    }
-    __syncthreads();
+    float acc = 0;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) acc += (f[i] * inv) * fn[j * width + i];
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) mix[t * rows + j] = acc;
 }
 
-__global__ void hc_mix_kernel(float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb,
-                              const float* __restrict__ streams, int64_t d, HcDesc p) {
-    __shared__ float mix[kMaxMix];
+// From a token's mix logits [(2 + n) * n]: pre and post weights [n] and the Sinkhorn-normalised comb [n, n].
+// One thread per token.
+__global__ void hc_mix_finish_kernel(float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb,
+                                     const float* __restrict__ mix_all, int64_t tokens, HcDesc p) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (t >= tokens) return;
     const int n = p.n;
-    const int64_t width = n * d;
-    mix_logits(streams + blockIdx.x * width, width, p.fn, (2 + n) * n, p.norm_eps, mix);
-    if (threadIdx.x != 0) return;
-    float* pr = pre + blockIdx.x * n;
-    float* po = post + blockIdx.x * n;
-    float* c = comb + blockIdx.x * n * n;
+    const float* mix = mix_all + t * (2 + n) * n;
+    float* pr = pre + t * n;
+    float* po = post + t * n;
+    float* c = comb + t * n * n;
     for (int j = 0; j < n; ++j) {
         pr[j] = sigmoid(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
         po[j] = 2.0f * sigmoid(mix[n + j] * p.scale[1] + p.base[n + j]);
@@ -62,12 +65,12 @@ __global__ void hc_mix_kernel(float* __restrict__ pre, float* __restrict__ post,
     }
 }
 
-__global__ void hc_head_pre_kernel(float* __restrict__ pre, const float* __restrict__ streams, int64_t d, HcDesc p) {
-    __shared__ float mix[kMaxMix];
-    const int64_t width = p.n * d;
-    mix_logits(streams + blockIdx.x * width, width, p.fn, p.n, p.norm_eps, mix);
-    if (threadIdx.x < p.n)
-        pre[blockIdx.x * p.n + threadIdx.x] = sigmoid(mix[threadIdx.x] * p.scale[0] + p.base[threadIdx.x]) + p.hc_eps;
+__global__ void hc_head_finish_kernel(float* __restrict__ pre, const float* __restrict__ mix, int64_t tokens,
+                                      HcDesc p) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= tokens * p.n) return;
+    const int j = static_cast<int>(i % p.n);
+    pre[i] = sigmoid(mix[i] * p.scale[0] + p.base[j]) + p.hc_eps;
 }
 
 __global__ void hc_collapse_kernel(float* __restrict__ out, const float* __restrict__ streams,
@@ -93,21 +96,38 @@ __global__ void hc_post_kernel(float* __restrict__ out, const float* __restrict_
 
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
+// Stream-ordered scratch (from the retaining pool, so no driver call); free with cudaFreeAsync on `stream`.
+float* scratch_floats(int64_t n, cudaStream_t stream) {
+    void* p = nullptr;
+    DI_CUDA_CHECK(cudaMallocAsync(&p, static_cast<size_t>(n) * sizeof(float), stream));
+    return static_cast<float*>(p);
+}
+
 }  // namespace
 
 void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
                    const HcDesc& p, cudaStream_t stream) {
-    DI_ICHECK((2 + p.n) * p.n <= kMaxMix, "hc_mult ", p.n, " is too large for the CUDA kernels");
     if (rows == 0) return;
-    hc_mix_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(pre, post, comb, streams, d, p);
+    const int mix_rows = (2 + p.n) * p.n;
+    float* mix = scratch_floats(rows * mix_rows, stream);
+    mix_logits_kernel<<<dim3(static_cast<unsigned>(rows), mix_rows), 256, 0, stream>>>(mix, streams, p.n * d, p.fn,
+                                                                                     p.norm_eps);
     DI_CUDA_LAUNCH_CHECK();
+    hc_mix_finish_kernel<<<blocks_for(rows, 128), 128, 0, stream>>>(pre, post, comb, mix, rows, p);
+    DI_CUDA_LAUNCH_CHECK();
+    DI_CUDA_CHECK(cudaFreeAsync(mix, stream));
 }
 
 void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
                         cudaStream_t stream) {
     if (rows == 0) return;
-    hc_head_pre_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(pre, streams, d, p);
+    float* mix = scratch_floats(rows * p.n, stream);
+    mix_logits_kernel<<<dim3(static_cast<unsigned>(rows), p.n), 256, 0, stream>>>(mix, streams, p.n * d, p.fn,
+                                                                                p.norm_eps);
     DI_CUDA_LAUNCH_CHECK();
+    hc_head_finish_kernel<<<blocks_for(rows * p.n, 128), 128, 0, stream>>>(pre, mix, rows, p);
+    DI_CUDA_LAUNCH_CHECK();
+    DI_CUDA_CHECK(cudaFreeAsync(mix, stream));
 }
 
 void launch_hc_collapse(float* out, const float* streams, const float* pre, int64_t rows, int64_t n, int64_t d,
