@@ -66,7 +66,8 @@ protected:
     std::vector<Tensor> storage_;
 };
 
-// Weights of every stored format, [n, k].
+// Weights of every stored format, [n, k]: 0 F32, 1 BF16, 2 FP8 (32x32 E8M0 scales), 3 FP8 (128x128 F32),
+// 4 FP4 (E8M0 per 32), 5 F16, 6 FP8 (128x128 E8M0).
 struct HostWeight {
     LinearWeight w;
     std::vector<uint8_t> data, scale;
@@ -89,14 +90,22 @@ HostWeight make_weight(std::mt19937& rng, int format, int64_t n, int64_t k) {
             }
         }
         h.w.data = TensorView(h.data.data(), format == 0 ? DType::kF32 : DType::kBF16, Shape{n, k});
-    } else if (format == 2 || format == 3) {  // FP8 with 32x32 E8M0 or 128x128 F32 block scales
+    } else if (format == 5) {  // F16: random sign and mantissa, exponents 2^-6 .. 2^5
+        h.data.resize(n * k * 2);
+        for (int64_t i = 0; i < n * k; ++i) {
+            const uint16_t b = static_cast<uint16_t>((rng() & 0x83ffu) | ((9 + rng() % 12) << 10));
+            std::memcpy(h.data.data() + 2 * i, &b, 2);
+        }
+        h.w.data = TensorView(h.data.data(), DType::kF16, Shape{n, k});
+    } else if (format == 2 || format == 3 || format == 6) {
+        // FP8 with 32x32 E8M0 (2), 128x128 F32 (3) or 128x128 E8M0 (6, the release format) block scales
         const int b = format == 2 ? 32 : 128;
         h.data.resize(n * k);
         for (auto& c : h.data) c = f32_to_f8e4m3(d(rng) * 100);
         const int64_t sr = (n + b - 1) / b, sc = (k + b - 1) / b;
         h.w.format = WeightFormat::kFp8Block;
         h.w.block_rows = h.w.block_cols = b;
-        if (format == 2) {
+        if (format != 3) {
             h.scale.resize(sr * sc);
             for (auto& s : h.scale) s = static_cast<uint8_t>(120 + rng() % 8);
             h.w.scale = TensorView(h.scale.data(), DType::kE8M0, Shape{sr, sc});
@@ -132,6 +141,32 @@ void CudaOps::check_linear(int format, int64_t t, int64_t n, int64_t k) {
     Tensor out = poisoned(Shape{t, n}), xd = device(x);
     gpu_->linear(out, xd, dw);
     EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "format " << format << " rows " << t << " k " << k;
+}
+
+// The GEMV (1..8 rows) for every weight kind and row count. k = 256 leaves lanes without chunks (8 FP4 chunks per
+// row, fewer than a warp covers), n = 77 and 300 end in partial tiles, k = 416 ends in a partial step of 8
+// chunks, k = 4096 with n = 40 splits K over a cluster of blocks, n = 70000 makes each block loop over tiles
+// (k = 64: 2 FP4 chunks per row, one scale block of 128 for FP8).
+TEST_F(CudaOps, GemvEveryKindAndRowCount) {
+    struct Shape2 {
+        int64_t n, k;
+    };
+    for (int format = 0; format < 7; ++format) {
+        for (int64_t t = 1; t <= 8; ++t) {
+            for (Shape2 s : {Shape2{77, 256}, Shape2{300, 416}, Shape2{40, 4096}, Shape2{70000, 64}}) {
+                check_linear(format, t, s.n, s.k);
+            }
+        }
+    }
+}
+
+// Large K at 8 rows: the activations of one block must fit in shared memory, so K is split over a cluster even
+// with many tiles, and each block still loops over several tiles.
+TEST_F(CudaOps, GemvLargeK) {
+    for (int format : {1, 4, 6}) {
+        check_linear(format, 8, 4300, 12288);
+        check_linear(format, 1, 300, 16384);
+    }
 }
 
 // Rows 1..8 take the weight-streaming GEMV (k = 96 and 256 split into whole 16-byte chunks), 9 and 70 the
@@ -170,16 +205,19 @@ TEST_F(CudaOps, LinearBatchInvariantModeIgnoresRowCount) {
     EXPECT_EQ(std::vector<float>(a.begin(), a.begin() + n), b);
 }
 
+// t = 3 takes the GEMV (activation rows strided by groups * k), t = 9 the tiled kernel.
 TEST_F(CudaOps, GroupedLinearAndEmbedding) {
-    const int64_t t = 9, groups = 4, r = 24, k = 64;
+    const int64_t groups = 4, r = 24, k = 64;
     HostWeight hw = make_weight(rng_, 2, groups * r, k);
     const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
-    Tensor x = host(randn(t * groups * k), Shape{t, groups * k});
-    Tensor ref = Tensor::f32(Shape{t, groups * r});
-    cpu_->grouped_linear(ref, x, hw.w, static_cast<int>(groups));
-    Tensor out = poisoned(Shape{t, groups * r}), xd = device(x);
-    gpu_->grouped_linear(out, xd, dw, static_cast<int>(groups));
-    EXPECT_LE(rel_error(fetch(out), values(ref)), kBound);
+    for (int64_t t : {3, 9}) {
+        Tensor x = host(randn(t * groups * k), Shape{t, groups * k});
+        Tensor ref = Tensor::f32(Shape{t, groups * r});
+        cpu_->grouped_linear(ref, x, hw.w, static_cast<int>(groups));
+        Tensor out = poisoned(Shape{t, groups * r}), xd = device(x);
+        gpu_->grouped_linear(out, xd, dw, static_cast<int>(groups));
+        EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "rows " << t;
+    }
 
     HostWeight table = make_weight(rng_, 1, 50, 48);
     const LinearWeight dtable = to_backend(*gpu_, table.w, &storage_);

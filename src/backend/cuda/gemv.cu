@@ -1,97 +1,263 @@
-// Matrix products for a few activation rows (decode): memory-bound, so each weight byte is read once, in
-// 16-byte coalesced loads, and dequantized in registers. One warp owns one output feature and walks its
-// weight row; every lane keeps a partial sum per activation row, reduced across the warp at the end.
+// Matrix products for a few activation rows (decode). They are memory-bound: each weight byte is read once, in
+// 16-byte loads, and dequantized in registers; the activations are staged once per block in shared memory.
+//
+// Work split (256 threads = 32 groups of 8 lanes):
+//  - The 8 lanes of a group read 8 consecutive 16-byte chunks (128 contiguous bytes) of one weight row per
+//    step, so a warp load covers 4 whole 128-byte lines. A group owns kR (1 or 2) rows of the block's tile of
+//    32 * kR output features and uses every activation value it reads from shared memory for all of them.
+//  - K is split over a cluster of up to 8 blocks when the tiles alone cannot fill the GPU (a 2048-row expert
+//    is 32 tiles) or the activation slice would not fit in shared memory; the blocks of a cluster add their
+//    partial sums through distributed shared memory in rank order, so results are deterministic.
+//  - The grid holds about 2 blocks per SM; blocks loop over tiles, so activations are staged once per block,
+//    and each lane keeps the next step's weight loads in flight while it computes the current one.
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <atomic>
+
 #include "backend/cuda/kernels.h"
 
 namespace deepinfer::cuda {
 
 namespace {
 
-constexpr int kWarps = 8;   // output features per block
-constexpr int kUnroll = 4;  // 16-byte loads in flight per lane
+namespace cg = cooperative_groups;
+
+constexpr int kThreads = 256, kGroups = kThreads / 8;
+constexpr int kBlocksPerSm = 2;            // occupancy the kernel is built for (registers, shared memory)
+constexpr int kXBytes = 96 * 1024;         // shared memory for the staged activation slice
+constexpr int kMaxCluster = 8;             // portable cluster size
+constexpr int kU = 2;                      // steps (16-byte loads per row and lane) per batch
 
 enum Kind { kF32, kBF16, kF16, kFP8, kFP4 };
 
-// Weights per 16-byte chunk.
+// Weights per 16-byte chunk, and log2 of the activation float4s per chunk.
 template <int K>
 constexpr int kElems = K == kF32 ? 4 : (K == kBF16 || K == kF16) ? 8 : K == kFP8 ? 16 : 32;
-
+constexpr int elems_of(int k) { return k == kF32 ? 4 : (k == kBF16 || k == kF16) ? 8 : k == kFP8 ? 16 : 32; }
 template <int K>
-__device__ __forceinline__ void dequantize(const uint4& v, float* out) {
+constexpr int kQShift = K == kF32 ? 0 : (K == kBF16 || K == kF16) ? 1 : K == kFP8 ? 2 : 3;
+
+// Floats per staged activation row for `rows` rows (a multiple of 32, see swizzle()).
+constexpr int row_stride(int rows) { return kXBytes / 4 / rows / 32 * 32; }
+
+struct GemvParams {
+    float* out;            // [rows, ldc] f32
+    const float* x;        // [rows, lda] f32
+    int64_t ldc, lda;
+    WeightDesc w;          // [w.rows, w.cols]; rows w_row0 .. w_row0 + n_out are multiplied
+    int64_t w_row0, n_out;
+    int rows_per_group;    // 1 or 2 (tile = 32 * rows_per_group output features)
+    int tiles;             // ceil(n_out / tile)
+    int slice_chunks;      // 16-byte chunks of K per cluster rank, a multiple of 8
+    int scale_shift;       // FP8/FP4: log2(chunks per scale block along K)
+    int x_vec4;            // x rows start 16-byte aligned: stage with float4 loads
+};
+
+// Activation float4 q of a staged row lives at swizzle(q): the 8 lanes of a group read chunks 8s..8s+7 and the
+// same float4 of each, which without the XOR would fall into the same banks (chunks are 32..128 bytes apart).
+template <int K>
+__device__ __forceinline__ int swizzle(int q) {
+    return K == kF32 ? q : q ^ ((q >> kQShift<K>) & 7);
+}
+
+__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t h) {
+    float2 f;
+    asm("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.f32.f16 %0, lo;\n\tcvt.f32.f16 %1, hi;}"
+        : "=f"(f.x), "=f"(f.y) : "r"(h));
+    return f;
+}
+
+// Two e4m3 bytes (low byte = first element) to floats, exactly (e4m3 -> f16 is exact; sm_89+ does a pair in
+// one instruction).
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t pair) {
+    uint32_t h;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(static_cast<unsigned short>(pair & 0xffffu)));
+    return half2_bits_to_float2(h);
+}
+
+// Weights per decode step: 4, except FP4 (a 32-bit word of 8 codes).
+template <int K>
+constexpr int kGran = K == kFP4 ? 8 : 4;
+
+// Granule g (kGran<K> consecutive weights) of a chunk as floats. FP4 comes out times 2^-6 (see below).
+template <int K>
+__device__ __forceinline__ void decode(const uint4& v, int g, float* out) {
     const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const uint32_t u = words[i];
-        if constexpr (K == kF32) {
-            out[i] = __uint_as_float(u);
-        } else if constexpr (K == kBF16) {
-            out[2 * i] = bf16_bits_to_f32(static_cast<uint16_t>(u & 0xffff));
-            out[2 * i + 1] = bf16_bits_to_f32(static_cast<uint16_t>(u >> 16));
-        } else if constexpr (K == kF16) {
-            out[2 * i] = f16_bits_to_f32(static_cast<uint16_t>(u & 0xffff));
-            out[2 * i + 1] = f16_bits_to_f32(static_cast<uint16_t>(u >> 16));
-        } else if constexpr (K == kFP8) {
-#pragma unroll
-            for (int b = 0; b < 4; ++b) out[4 * i + b] = f8e4m3_to_f32(static_cast<uint8_t>(u >> (8 * b)));
-        } else {
-            // Little-endian bytes, low nibble first: element 2j is byte j's low nibble.
-#pragma unroll
-            for (int b = 0; b < 8; ++b) out[8 * i + b] = fp4e2m1_to_f32(static_cast<uint8_t>((u >> (4 * b)) & 0xf));
+    if constexpr (K == kF32) {
+        for (int i = 0; i < 4; ++i) out[i] = __uint_as_float(words[i]);
+    } else if constexpr (K == kBF16 || K == kF16) {
+        for (int i = 0; i < 2; ++i) {
+            const uint32_t u = words[2 * g + i];
+            if constexpr (K == kBF16) {
+                out[2 * i] = __uint_as_float(u << 16);
+                out[2 * i + 1] = __uint_as_float(u & 0xffff0000u);
+            } else {
+                const float2 f = half2_bits_to_float2(u);
+                out[2 * i] = f.x;
+                out[2 * i + 1] = f.y;
+            }
         }
+    } else if constexpr (K == kFP8) {
+        const float2 a = e4m3x2_to_float2(words[g]), b = e4m3x2_to_float2(words[g] >> 16);
+        out[0] = a.x, out[1] = a.y, out[2] = b.x, out[3] = b.y;
+    } else {
+        // An e2m1 code s|e1 e0|m placed as the e4m3 byte s|0 0 e1 e0|m 0 0 is the same number times 2^-6,
+        // zero and the subnormal 0.5 included; codes are little-endian nibbles, low nibble first.
+        const uint32_t u = words[g];
+        const uint32_t even = ((u << 4) & 0x80808080u) | ((u << 2) & 0x1c1c1c1cu);  // codes 0, 2, 4, 6
+        const uint32_t odd = (u & 0x80808080u) | ((u >> 2) & 0x1c1c1c1cu);         // codes 1, 3, 5, 7
+        const float2 a = e4m3x2_to_float2(even), b = e4m3x2_to_float2(even >> 16);
+        const float2 c = e4m3x2_to_float2(odd), d = e4m3x2_to_float2(odd >> 16);
+        out[0] = a.x, out[1] = c.x, out[2] = a.y, out[3] = c.y;
+        out[4] = b.x, out[5] = d.x, out[6] = b.y, out[7] = d.y;
     }
 }
 
-// out[t, n] = sum_k x[t, k] * W[w_row0 + n, k] for t < rows (<= kGemvMaxRows).
-template <int K>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(float* __restrict__ out, int64_t ldc,
-                                                           const float* __restrict__ x, int64_t lda, int rows,
-                                                           WeightDesc w, int64_t w_row0, int64_t n_out) {
-    constexpr int E = kElems<K>;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-    if (n >= n_out) return;
-    const int64_t row = w_row0 + n, chunks = w.cols / E;
-    const uint4* wrow = reinterpret_cast<const uint4*>(w.data) + row * chunks;
-    float acc[kGemvMaxRows] = {};
-    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-        uint4 v[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int64_t c = c0 + u * 32;
-            v[u] = c < chunks ? __ldg(wrow + c) : make_uint4(0, 0, 0, 0);
+__device__ __forceinline__ float e8m0_fast(uint32_t e) {
+    return e == 0 ? __uint_as_float(0x00400000u) : e == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(e << 23);
+}
+
+// out[t, n] = sum_k x[t, k] * W[w_row0 + n, k] for t < ROWS. Grid: (cluster size, tile slots), cluster (cs, 1, 1).
+template <int K, int ROWS>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const GemvParams p) {
+    constexpr int E = kElems<K>, Q = E / 4, G = kGran<K>;
+    constexpr int kStride4 = row_stride(ROWS) / 4;  // float4s per staged row
+    constexpr bool kScaled = K == kFP8 || K == kFP4;
+    extern __shared__ __align__(16) float4 xs[];     // [ROWS][kStride4] f32, this rank's K slice, swizzled
+    __shared__ float red[ROWS][2 * kGroups];         // [ROWS, tile] partial sums for the cluster reduction
+
+    const int l8 = threadIdx.x % 8, group = threadIdx.x / 8, R = p.rows_per_group;
+    const int cs = gridDim.x, rank = blockIdx.x;
+    const int64_t chunks = p.w.cols / E, c_begin = static_cast<int64_t>(rank) * p.slice_chunks;
+    const int nc = static_cast<int>(max(int64_t{0}, min(chunks - c_begin, int64_t{p.slice_chunks})));
+    const int batches = (nc + 8 * kU - 1) / (8 * kU);
+    const uint4* wdata = reinterpret_cast<const uint4*>(p.w.data);
+    const int tile_n = kGroups * R;
+    const int lane_sw = K == kF32 ? 0 : l8;  // swizzle() of this lane's chunks: q ^ l8
+
+    struct Batch {
+        uint4 v[kU][2];
+        uint32_t s[kU][2];  // raw scale bits
+    };
+    bool staged = false;
+    for (int tile = blockIdx.y; tile < p.tiles; tile += gridDim.y) {
+        const uint4* wrow[2];
+        int64_t srow[2], n[2];
+        for (int r = 0; r < 2; ++r) {
+            n[r] = static_cast<int64_t>(tile) * tile_n + group + kGroups * r;
+            const int64_t row = p.w_row0 + min(n[r], p.n_out - 1);  // rows past the end compute a copy, unwritten
+            wrow[r] = wdata + row * chunks + c_begin;
+            srow[r] = (K == kFP8 ? row / p.w.block_rows : row) * p.w.scale_cols;
         }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int64_t c = c0 + u * 32;
-            if (c >= chunks) break;
-            const int64_t k0 = c * E;
-            float wv[E];
-            dequantize<K>(v[u], wv);
-            float s = 1.0f;  // one scale per chunk: the chunk never straddles a scale block
-            if constexpr (K == kFP8) {
-                const int64_t si = (row / w.block_rows) * w.scale_cols + k0 / w.block_cols;
-                s = w.scale_f32 ? reinterpret_cast<const float*>(w.scale)[si] : e8m0_to_f32(w.scale[si]);
-            } else if constexpr (K == kFP4) {
-                s = e8m0_to_f32(w.scale[row * w.scale_cols + k0 / w.block_cols]);
+        auto load = [&](Batch& b, int batch) {
+            for (int u = 0; u < kU; ++u) {
+                const int c = l8 + 8 * (batch * kU + u);
+                for (int r = 0; r < 2; ++r) {
+                    const bool ok = c < nc && r < R;
+                    b.v[u][r] = ok ? __ldg(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+                    b.s[u][r] = 0;
+                    if constexpr (kScaled) {
+                        const int64_t si = srow[r] + ((c_begin + c) >> p.scale_shift);
+                        const uint32_t* s32 = reinterpret_cast<const uint32_t*>(p.w.scale);
+                        if (ok) b.s[u][r] = K == kFP8 && p.w.scale_f32 ? __ldg(s32 + si) : __ldg(p.w.scale + si);
+                    }
+                }
             }
+        };
+        Batch cur;
+        load(cur, 0);  // in flight while the activations are staged
+        if (!staged) {
+            const int n4 = nc * Q;
+            const float* xb = p.x + c_begin * E;
+            for (int i = threadIdx.x; i < ROWS * n4; i += kThreads) {
+                const int t = i / n4, q = i - t * n4;
+                const float* src = xb + t * p.lda + 4 * q;
+                xs[t * kStride4 + swizzle<K>(q)] = p.x_vec4 ? *reinterpret_cast<const float4*>(src)
+                                                            : make_float4(src[0], src[1], src[2], src[3]);
+            }
+            __syncthreads();
+            staged = true;
+        }
+        float acc[2][ROWS] = {};
+        for (int b = 0; b < batches; ++b) {
+            Batch nxt;
+            load(nxt, b + 1);  // loads past the slice are skipped, so the last batch prefetches nothing
 #pragma unroll
-            for (int t = 0; t < kGemvMaxRows; ++t) {
-                if (t >= rows) break;
-                const float* xr = x + t * lda + k0;
-                float d = 0.0f;
+            for (int u = 0; u < kU; ++u) {
+                const int c = l8 + 8 * (b * kU + u);
+                if (c >= nc) break;
+                const int q0 = (c * Q) ^ lane_sw;  // swizzled float4 index of the chunk's first activation
+                float d[2][ROWS] = {};             // the chunk's sums, before its scale
 #pragma unroll
-                for (int e = 0; e < E; ++e) d = fmaf(wv[e], __ldg(xr + e), d);
-                acc[t] = fmaf(d, s, acc[t]);
+                for (int g = 0; g < E / G; ++g) {
+                    float wf[2][G];
+#pragma unroll
+                    for (int r = 0; r < 2; ++r)
+                        if (r < R) decode<K>(cur.v[u][r], g, wf[r]);
+#pragma unroll
+                    for (int h = 0; h < G / 4; ++h) {
+                        const float4* xp = xs + (q0 ^ (g * (G / 4) + h));
+#pragma unroll
+                        for (int t = 0; t < ROWS; ++t) {
+                            const float4 xv = xp[t * kStride4];
+#pragma unroll
+                            for (int r = 0; r < 2; ++r) {
+                                if (r >= R) break;
+                                const float* wv = wf[r] + 4 * h;
+                                float& a = kScaled ? d[r][t] : acc[r][t];
+                                a = fmaf(wv[0], xv.x, a);
+                                a = fmaf(wv[1], xv.y, a);
+                                a = fmaf(wv[2], xv.z, a);
+                                a = fmaf(wv[3], xv.w, a);
+                            }
+                        }
+                    }
+                }
+                if constexpr (kScaled) {
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        const uint32_t sb = cur.s[u][r];
+                        const float s = K == kFP8 && p.w.scale_f32 ? __uint_as_float(sb) : e8m0_fast(sb);
+#pragma unroll
+                        for (int t = 0; t < ROWS; ++t) acc[r][t] = fmaf(d[r][t], s, acc[r][t]);
+                    }
+                }
+            }
+            cur = nxt;
+        }
+
+        // Sum the 8 lanes of each group (fixed butterfly), then the cluster's ranks in rank order.
+        const float post = K == kFP4 ? 64.0f : 1.0f;  // undo the FP4 decode's 2^-6
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+#pragma unroll
+            for (int t = 0; t < ROWS; ++t) {
+                float a = acc[r][t];
+                a += __shfl_xor_sync(0xffffffffu, a, 1);
+                a += __shfl_xor_sync(0xffffffffu, a, 2);
+                a += __shfl_xor_sync(0xffffffffu, a, 4);
+                if (l8 == 0 && r < R) {
+                    if (cs == 1) {
+                        if (n[r] < p.n_out) p.out[t * p.ldc + n[r]] = a * post;
+                    } else {
+                        red[t][group + kGroups * r] = a;
+                    }
+                }
             }
         }
-    }
-#pragma unroll
-    for (int t = 0; t < kGemvMaxRows; ++t) {
-        if (t >= rows) break;
-        float a = acc[t];
-#pragma unroll
-        for (int off = 16; off > 0; off /= 2) a += __shfl_xor_sync(0xffffffffu, a, off);
-        if (lane == 0) out[t * ldc + n] = a;
+        if (cs > 1) {
+            cg::cluster_group cluster = cg::this_cluster();
+            cluster.sync();
+            for (int i = threadIdx.x + kThreads * rank; i < ROWS * tile_n; i += kThreads * cs) {
+                const int t = i / tile_n, j = i - t * tile_n;
+                float a = 0.0f;
+                for (int q = 0; q < cs; ++q) a += cluster.map_shared_rank(&red[0][0], q)[t * 2 * kGroups + j];
+                const int64_t nn = static_cast<int64_t>(tile) * tile_n + j;
+                if (nn < p.n_out) p.out[t * p.ldc + nn] = a * post;
+            }
+            cluster.sync();  // red is rewritten by the next tile and must outlive the other ranks' reads
+        }
     }
 }
 
@@ -101,13 +267,54 @@ int kind_of(const WeightDesc& w) {
     return w.dtype == 0 ? kF32 : w.dtype == 1 ? kBF16 : kF16;
 }
 
-int elems_of(int kind) {
-    switch (kind) {
-        case kF32: return kElems<kF32>;
-        case kBF16: return kElems<kBF16>;
-        case kF16: return kElems<kF16>;
-        case kFP8: return kElems<kFP8>;
-        default: return kElems<kFP4>;
+int sm_count() {
+    int dev = 0, n = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t slice_chunks(int64_t chunks, int cs) { return ceil_div(ceil_div(chunks, cs), 8) * 8; }
+
+template <int K, int ROWS>
+void launch(const GemvParams& p, int cs, int slots, cudaStream_t stream) {
+    auto kernel = gemv_kernel<K, ROWS>;
+    static std::atomic<uint64_t> configured{0};  // one bit per device
+    int dev = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    if (!(configured.load() >> (dev % 64) & 1)) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           ROWS * row_stride(ROWS) * 4));
+        configured.fetch_or(uint64_t{1} << (dev % 64));
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(cs, slots);
+    cfg.blockDim = dim3(kThreads);
+    // Every row but the last is a full stride apart; the last holds just the slice.
+    cfg.dynamicSmemBytes = ((ROWS - 1) * row_stride(ROWS) + p.slice_chunks * kElems<K>) * 4;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cs;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+template <int K>
+void launch_rows(const GemvParams& p, int rows, int cs, int slots, cudaStream_t stream) {
+    switch (rows) {
+        case 1: launch<K, 1>(p, cs, slots, stream); break;
+        case 2: launch<K, 2>(p, cs, slots, stream); break;
+        case 3: launch<K, 3>(p, cs, slots, stream); break;
+        case 4: launch<K, 4>(p, cs, slots, stream); break;
+        case 5: launch<K, 5>(p, cs, slots, stream); break;
+        case 6: launch<K, 6>(p, cs, slots, stream); break;
+        case 7: launch<K, 7>(p, cs, slots, stream); break;
+        default: launch<K, 8>(p, cs, slots, stream); break;
     }
 }
 
@@ -116,25 +323,45 @@ int elems_of(int kind) {
 bool gemv_applies(int64_t rows, const WeightDesc& w) {
     if (rows < 1 || rows > kGemvMaxRows) return false;
     const int e = elems_of(kind_of(w));
-    // Whole 16-byte chunks per row (so rows stay 16-byte aligned), each inside one scale block.
+    // Whole 16-byte chunks per row (so rows stay 16-byte aligned), each inside one scale block, and a
+    // power-of-two number of chunks per scale block (a shift finds a chunk's scale).
     if (w.cols % e != 0 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return false;
-    if (w.format != 0 && w.block_cols % e != 0) return false;
-    return true;
+    if (w.format != 0) {
+        const int cpb = w.block_cols / e;
+        if (w.block_cols % e != 0 || (cpb & (cpb - 1)) != 0) return false;
+    }
+    // The activations of one rank of the largest cluster fit in shared memory.
+    return slice_chunks(w.cols / e, kMaxCluster) * e <= row_stride(static_cast<int>(rows));
 }
 
 void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                  int64_t w_row0, int64_t n_out, cudaStream_t stream) {
     if (n_out == 0) return;
-    const unsigned grid = static_cast<unsigned>((n_out + kWarps - 1) / kWarps);
+    const int kind = kind_of(w), e = elems_of(kind);
+    const int64_t chunks = w.cols / e, target = static_cast<int64_t>(sm_count()) * kBlocksPerSm;
+    GemvParams p{out, x, ldc, lda, w, w_row0, n_out, 2, 0, 0, 0, 0};
+    // Two rows per group (activations reused twice) when that leaves a tile per SM; else smaller tiles, so that
+    // fewer K splits fill the GPU.
+    if (ceil_div(n_out, 2 * kGroups) * 2 < target) p.rows_per_group = 1;
+    const int64_t tiles = ceil_div(n_out, kGroups * p.rows_per_group);
+    // Split K: until the slice fits in shared memory, then while the blocks stay within one wave and each rank
+    // keeps at least two steps (16 chunks) of every row.
+    int cs = 1;
+    while (slice_chunks(chunks, cs) * e > row_stride(static_cast<int>(rows))) cs *= 2;
+    while (cs < kMaxCluster && tiles * cs * 2 <= target && chunks >= 16 * cs * 2) cs *= 2;
+    p.tiles = static_cast<int>(tiles);
+    p.slice_chunks = static_cast<int>(slice_chunks(chunks, cs));
+    if (w.format != 0) p.scale_shift = __builtin_ctz(static_cast<unsigned>(w.block_cols / e));
+    p.x_vec4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && lda % 4 == 0;
+    const int slots = static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>(1, target / cs)));
     const int r = static_cast<int>(rows);
-    switch (kind_of(w)) {
-        case kF32: gemv_kernel<kF32><<<grid, kWarps * 32, 0, stream>>>(out, ldc, x, lda, r, w, w_row0, n_out); break;
-        case kBF16: gemv_kernel<kBF16><<<grid, kWarps * 32, 0, stream>>>(out, ldc, x, lda, r, w, w_row0, n_out); break;
-        case kF16: gemv_kernel<kF16><<<grid, kWarps * 32, 0, stream>>>(out, ldc, x, lda, r, w, w_row0, n_out); break;
-        case kFP8: gemv_kernel<kFP8><<<grid, kWarps * 32, 0, stream>>>(out, ldc, x, lda, r, w, w_row0, n_out); break;
-        default: gemv_kernel<kFP4><<<grid, kWarps * 32, 0, stream>>>(out, ldc, x, lda, r, w, w_row0, n_out); break;
+    switch (kind) {
+        case kF32: launch_rows<kF32>(p, r, cs, slots, stream); break;
+        case kBF16: launch_rows<kBF16>(p, r, cs, slots, stream); break;
+        case kF16: launch_rows<kF16>(p, r, cs, slots, stream); break;
+        case kFP8: launch_rows<kFP8>(p, r, cs, slots, stream); break;
+        default: launch_rows<kFP4>(p, r, cs, slots, stream); break;
     }
-    DI_CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace deepinfer::cuda

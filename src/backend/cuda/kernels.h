@@ -14,7 +14,8 @@ namespace deepinfer::cuda {
 void launch_gemm(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                  int64_t w_row0, int64_t n_out, cudaStream_t stream);
 // The same product for at most kGemvMaxRows rows, streaming each weight row once (decode). Applies when
-// gemv_applies(): whole 16-byte chunks per weight row, each inside one scale block.
+// gemv_applies(): whole 16-byte chunks per weight row, each inside one scale block, a power-of-two number of
+// chunks per scale block, and K short enough for an eighth of the activation rows to fit in shared memory.
 constexpr int kGemvMaxRows = 8;
 bool gemv_applies(int64_t rows, const WeightDesc& w);
 void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,

@@ -1,0 +1,336 @@
+// GEMV micro-benchmark: the decode products of DeepSeek-V4-Flash at 1 and 8 activation rows, timed with CUDA
+// events over many launches that rotate through enough weight copies to miss the L2 cache. Prints us per call,
+// GB/s of weight + scale bytes and the share of --bandwidth-gbs, beside the kernel the current one replaced
+// (kept below as the baseline, one warp per output feature), and the relative difference of their outputs.
+//   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--no-baseline]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+namespace baseline {
+
+
+constexpr int kWarps = 8;   // output features per block
+constexpr int kUnroll = 4;  // 16-byte loads in flight per lane
+
+enum Kind { kF32, kBF16, kF16, kFP8, kFP4 };
+
+// Weights per 16-byte chunk.
+template <int K>
+constexpr int kElems = K == kF32 ? 4 : (K == kBF16 || K == kF16) ? 8 : K == kFP8 ? 16 : 32;
+
+template <int K>
+__device__ __forceinline__ void dequantize(const uint4& v, float* out) {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t u = words[i];
+        if constexpr (K == kF32) {
+            out[i] = __uint_as_float(u);
+        } else if constexpr (K == kBF16) {
+            out[2 * i] = bf16_bits_to_f32(static_cast<uint16_t>(u & 0xffff));
+            out[2 * i + 1] = bf16_bits_to_f32(static_cast<uint16_t>(u >> 16));
+        } else if constexpr (K == kF16) {
+            out[2 * i] = f16_bits_to_f32(static_cast<uint16_t>(u & 0xffff));
+            out[2 * i + 1] = f16_bits_to_f32(static_cast<uint16_t>(u >> 16));
+        } else if constexpr (K == kFP8) {
+#pragma unroll
+            for (int b = 0; b < 4; ++b) out[4 * i + b] = f8e4m3_to_f32(static_cast<uint8_t>(u >> (8 * b)));
+        } else {
+            // Little-endian bytes, low nibble first: element 2j is byte j's low nibble.
+#pragma unroll
+            for (int b = 0; b < 8; ++b) out[8 * i + b] = fp4e2m1_to_f32(static_cast<uint8_t>((u >> (4 * b)) & 0xf));
+        }
+    }
+}
+
+// out[t, n] = sum_k x[t, k] * W[w_row0 + n, k] for t < rows (<= kGemvMaxRows).
+template <int K>
+__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(float* __restrict__ out, int64_t ldc,
+                                                           const float* __restrict__ x, int64_t lda, int rows,
+                                                           WeightDesc w, int64_t w_row0, int64_t n_out) {
+    constexpr int E = kElems<K>;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+    if (n >= n_out) return;
+    const int64_t row = w_row0 + n, chunks = w.cols / E;
+    const uint4* wrow = reinterpret_cast<const uint4*>(w.data) + row * chunks;
+    float acc[kGemvMaxRows] = {};
+    for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+        uint4 v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int64_t c = c0 + u * 32;
+            v[u] = c < chunks ? __ldg(wrow + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int64_t c = c0 + u * 32;
+            if (c >= chunks) break;
+            const int64_t k0 = c * E;
+            float wv[E];
+            dequantize<K>(v[u], wv);
+            float s = 1.0f;  // one scale per chunk: the chunk never straddles a scale block
+            if constexpr (K == kFP8) {
+                const int64_t si = (row / w.block_rows) * w.scale_cols + k0 / w.block_cols;
+                s = w.scale_f32 ? reinterpret_cast<const float*>(w.scale)[si] : e8m0_to_f32(w.scale[si]);
+            } else if constexpr (K == kFP4) {
+                s = e8m0_to_f32(w.scale[row * w.scale_cols + k0 / w.block_cols]);
+            }
+#pragma unroll
+            for (int t = 0; t < kGemvMaxRows; ++t) {
+                if (t >= rows) break;
+                const float* xr = x + t * lda + k0;
+                float d = 0.0f;
+#pragma unroll
+                for (int e = 0; e < E; ++e) d = fmaf(wv[e], __ldg(xr + e), d);
+                acc[t] = fmaf(d, s, acc[t]);
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < kGemvMaxRows; ++t) {
+        if (t >= rows) break;
+        float a = acc[t];
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (lane == 0) out[t * ldc + n] = a;
+    }
+}
+
+int kind_of(const WeightDesc& w) {
+    if (w.format == 1) return kFP8;
+    if (w.format == 2) return kFP4;
+    return w.dtype == 0 ? kF32 : w.dtype == 1 ? kBF16 : kF16;
+}
+
+void launch(float* out, int64_t ldc, const float* x, int64_t lda, int rows, const WeightDesc& w, int64_t w_row0,
+            int64_t n_out, cudaStream_t stream) {
+    const unsigned grid = static_cast<unsigned>((n_out + kWarps - 1) / kWarps);
+    switch (kind_of(w)) {
+        case kF32: gemv_kernel<kF32><<<grid, kWarps * 32, 0, stream>>>(out, ldc, x, lda, rows, w, w_row0, n_out); break;
+        case kBF16: gemv_kernel<kBF16><<<grid, kWarps * 32, 0, stream>>>(out, ldc, x, lda, rows, w, w_row0, n_out); break;
+        case kF16: gemv_kernel<kF16><<<grid, kWarps * 32, 0, stream>>>(out, ldc, x, lda, rows, w, w_row0, n_out); break;
+        case kFP8: gemv_kernel<kFP8><<<grid, kWarps * 32, 0, stream>>>(out, ldc, x, lda, rows, w, w_row0, n_out); break;
+        default: gemv_kernel<kFP4><<<grid, kWarps * 32, 0, stream>>>(out, ldc, x, lda, rows, w, w_row0, n_out); break;
+    }
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace baseline
+}  // namespace deepinfer::cuda
+
+namespace {
+
+using namespace deepinfer::cuda;
+
+#define CHECK(expr) DI_CUDA_CHECK(expr)
+
+__device__ __forceinline__ uint32_t hash(uint64_t i, uint32_t seed) {
+    uint64_t h = (i + seed) * 0x9e3779b97f4a7c15ull;
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    return static_cast<uint32_t>(h >> 32);
+}
+
+// Random but finite contents: mode 0 f32 in [-0.5, 0.5), 1 bf16 / 2 f16 in +-[0.5, 1), 3 e4m3 (no NaN), 4 e2m1,
+// 5 E8M0 scales 2^-7 .. 2^0, 6 f32 scales 2^-8.
+__global__ void fill(uint8_t* p, int64_t bytes, int mode, uint32_t seed) {
+    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < bytes; i += int64_t{gridDim.x} * blockDim.x) {
+        const uint32_t h = hash(i, seed);
+        if (mode == 0 || mode == 6) {
+            if (i % 4 != 0) continue;
+            const float v = mode == 0 ? static_cast<float>(h % 1000) / 1000.0f - 0.5f : 1.0f / 256;
+            *reinterpret_cast<float*>(p + i) = v;
+        } else if (mode == 1 || mode == 2) {
+            if (i % 2 != 0) continue;
+            *reinterpret_cast<uint16_t*>(p + i) = mode == 1 ? (h & 0x807f) | 0x3f00 : (h & 0x83ff) | 0x3800;
+        } else if (mode == 3) {
+            p[i] = static_cast<uint8_t>(h & 0xbf);
+        } else if (mode == 4) {
+            p[i] = static_cast<uint8_t>(h);
+        } else {
+            p[i] = static_cast<uint8_t>(120 + h % 8);
+        }
+    }
+}
+
+void fill_device(void* p, int64_t bytes, int mode, uint32_t seed) {
+    fill<<<1024, 256>>>(static_cast<uint8_t*>(p), bytes, mode, seed);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+struct Case {
+    const char* name;
+    int64_t n, k;
+    int format, dtype, scale_f32;  // as in WeightDesc
+    int groups;                    // grouped_linear: n / groups outputs per group over k inputs each
+};
+
+const char* dtype_label(const Case& c) {
+    if (c.format == 2) return "fp4";
+    if (c.format == 1) return c.scale_f32 ? "fp8/f32" : "fp8/e8m0";
+    return c.dtype == 0 ? "f32" : c.dtype == 1 ? "bf16" : "f16";
+}
+
+struct Matrix {
+    WeightDesc d;
+    int64_t bytes = 0, scale_bytes = 0;
+};
+
+Matrix make_matrix(const Case& c, uint32_t seed) {
+    Matrix m;
+    WeightDesc& d = m.d;
+    d = WeightDesc{};
+    d.rows = c.n, d.cols = c.k, d.format = c.format, d.dtype = c.dtype, d.scale_f32 = c.scale_f32;
+    int data_mode = 0, scale_mode = 5;
+    if (c.format == 0) {
+        m.bytes = c.n * c.k * (c.dtype == 0 ? 4 : 2);
+        data_mode = c.dtype == 0 ? 0 : c.dtype == 1 ? 1 : 2;
+    } else if (c.format == 1) {
+        d.block_rows = d.block_cols = 128;
+        d.scale_cols = (c.k + 127) / 128;
+        m.bytes = c.n * c.k;
+        m.scale_bytes = (c.n + 127) / 128 * d.scale_cols * (c.scale_f32 ? 4 : 1);
+        data_mode = 3;
+        scale_mode = c.scale_f32 ? 6 : 5;
+    } else {
+        d.block_cols = 32;
+        d.scale_cols = c.k / 32;
+        m.bytes = c.n * c.k / 2;
+        m.scale_bytes = c.n * d.scale_cols;
+        data_mode = 4;
+    }
+    uint8_t* data = nullptr;
+    CHECK(cudaMalloc(&data, m.bytes));
+    fill_device(data, m.bytes, data_mode, seed);
+    d.data = data;
+    if (m.scale_bytes) {
+        uint8_t* scale = nullptr;
+        CHECK(cudaMalloc(&scale, m.scale_bytes));
+        fill_device(scale, m.scale_bytes, scale_mode, seed + 1);
+        d.scale = scale;
+    }
+    return m;
+}
+
+// One call of the product: a plain linear, or one launch per group as the CUDA backend's grouped_linear does.
+template <typename Launch>
+void run_case(const Case& c, const WeightDesc& d, float* out, const float* x, int rows, Launch launch) {
+    const int64_t r = c.n / c.groups;
+    for (int g = 0; g < c.groups; ++g) launch(out + g * r, c.n, x + g * c.k, c.groups * c.k, rows, d, g * r, r);
+}
+
+template <typename Launch>
+double time_us(const Case& c, const std::vector<Matrix>& copies, float* out, const float* x, int rows, int iters,
+               Launch launch) {
+    for (int i = 0; i < 10; ++i) run_case(c, copies[i % copies.size()].d, out, x, rows, launch);
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    CHECK(cudaEventRecord(start));
+    for (int i = 0; i < iters; ++i) run_case(c, copies[i % copies.size()].d, out, x, rows, launch);
+    CHECK(cudaEventRecord(stop));
+    CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CHECK(cudaEventDestroy(start));
+    CHECK(cudaEventDestroy(stop));
+    return 1000.0 * ms / iters;
+}
+
+std::vector<float> download(const float* p, int64_t n) {
+    std::vector<float> v(n);
+    CHECK(cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost));
+    return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    double bandwidth = 4259;
+    int iters = 200;
+    bool baseline = true;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--bandwidth-gbs") && i + 1 < argc) bandwidth = std::atof(argv[++i]);
+        else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
+        else if (!std::strcmp(argv[i], "--no-baseline")) baseline = false;
+        else {
+            std::fprintf(stderr, "usage: gemv_bench [--bandwidth-gbs GBS] [--iters N] [--no-baseline]\n");
+            return 2;
+        }
+    }
+    // DeepSeek-V4-Flash decode products: routed experts (FP4), attention projections (FP8, 128x128 E8M0
+    // blocks; one F32-scale variant), the grouped output projection, the head and the router gate (BF16).
+    const std::vector<Case> cases = {
+        {"expert w1/w3", 2048, 4096, 2, 0, 0, 1}, {"expert w2", 4096, 2048, 2, 0, 0, 1},
+        {"wq_a", 1024, 4096, 1, 0, 0, 1},         {"wq_a f32 scales", 1024, 4096, 1, 0, 1, 1},
+        {"wq_b", 32768, 1024, 1, 0, 0, 1},        {"wkv", 512, 4096, 1, 0, 0, 1},
+        {"wo_b", 4096, 8192, 1, 0, 0, 1},         {"wo_a (8 groups)", 8192, 4096, 1, 0, 0, 8},
+        {"head", 129280, 4096, 0, 1, 0, 1},       {"router gate", 256, 4096, 0, 1, 0, 1},
+    };
+    float *x = nullptr, *out_new = nullptr, *out_old = nullptr;
+    const int64_t max_x = 8 * 8 * 4096, max_out = 8 * 129280;
+    CHECK(cudaMalloc(&x, max_x * 4));
+    CHECK(cudaMalloc(&out_new, max_out * 4));
+    CHECK(cudaMalloc(&out_old, max_out * 4));
+    fill_device(x, max_x * 4, 0, 7);
+
+    auto new_kernel = [](float* o, int64_t ldc, const float* xx, int64_t lda, int rows, const WeightDesc& d,
+                         int64_t row0, int64_t n) { launch_gemv(o, ldc, xx, lda, rows, d, row0, n, nullptr); };
+    auto old_kernel = [](float* o, int64_t ldc, const float* xx, int64_t lda, int rows, const WeightDesc& d,
+                         int64_t row0, int64_t n) { baseline::launch(o, ldc, xx, lda, rows, d, row0, n, nullptr); };
+
+    std::printf("%-18s %-9s %-14s %4s %10s %8s %7s %10s %8s %9s\n", "shape", "dtype", "[n x k]", "rows", "us/call",
+                "GB/s", "% bw", "old us", "speedup", "rel diff");
+    for (const Case& c : cases) {
+        // Enough copies (>= 256 MB) that every launch reads its weights from HBM, not from the 50 MB L2.
+        std::vector<Matrix> copies(1, make_matrix(c, 1));
+        const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
+        while (static_cast<int64_t>(copies.size()) * bytes < (int64_t{256} << 20) && copies.size() < 64)
+            copies.push_back(make_matrix(c, 1 + 2 * static_cast<uint32_t>(copies.size())));
+        char shape[32];
+        std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(c.n), static_cast<long long>(c.k));
+        for (int rows : {1, 8}) {
+            const int64_t n_out = rows * c.n;
+            if (!gemv_applies(rows, copies[0].d)) {
+                std::printf("%-18s %-9s %-14s %4d   (the GEMV does not apply)\n", c.name, dtype_label(c), shape, rows);
+                continue;
+            }
+            const double us = time_us(c, copies, out_new, x, rows, iters, new_kernel);
+            const double gbs = static_cast<double>(bytes) / us / 1e3;
+            std::printf("%-18s %-9s %-14s %4d %10.2f %8.0f %6.1f%%", c.name, dtype_label(c), shape, rows, us, gbs,
+                        100.0 * gbs / bandwidth);
+            if (baseline) {
+                const double old_us = time_us(c, copies, out_old, x, rows, std::max(1, iters / 4), old_kernel);
+                run_case(c, copies[0].d, out_new, x, rows, new_kernel);
+                run_case(c, copies[0].d, out_old, x, rows, old_kernel);
+                const std::vector<float> a = download(out_new, n_out), b = download(out_old, n_out);
+                double diff = 0, ref = 0;
+                for (int64_t i = 0; i < n_out; ++i) {
+                    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+                    ref = std::max(ref, static_cast<double>(std::fabs(b[i])));
+                    if (std::isnan(a[i]) != std::isnan(b[i])) diff = INFINITY;
+                }
+                std::printf(" %10.2f %7.2fx %9.1e", old_us, old_us / us, ref > 0 ? diff / ref : diff);
+            }
+            std::printf("\n");
+        }
+        for (Matrix& m : copies) {
+            CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));
+            if (m.d.scale) CHECK(cudaFree(const_cast<uint8_t*>(m.d.scale)));
+        }
+    }
+    CHECK(cudaFree(x));
+    CHECK(cudaFree(out_new));
+    CHECK(cudaFree(out_old));
+    return 0;
+}
