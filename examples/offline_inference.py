@@ -4,10 +4,9 @@
 
     ./build.sh && python3 examples/offline_inference.py [MODEL_DIR]
 
-Without MODEL_DIR it uses $DEEPINFER_HF_MODEL_DIR, else DeepInfer's built-in default model: a tiny
-random-weight DeepSeek-V4 test fixture paired with the DeepSeek-V4 tokenizer. It runs anywhere in a second,
-but its text is gibberish and its 256-token vocabulary holds only the tokenizer's special and single-byte
-tokens, so its prompts are spelled byte by byte. $DEEPINFER_BUILD_DIR names the build directory (default:
+Without MODEL_DIR it uses $DEEPINFER_HF_MODEL_DIR, else DeepInfer's built-in default model,
+models/deepinfer-tiny-v4: a 17.7 M-parameter DeepSeek-V4 trained on Python's sources and documentation (it
+writes Python-looking code, not correct programs). $DEEPINFER_BUILD_DIR names the build directory (default:
 build).
 """
 
@@ -26,15 +25,12 @@ def main():
     print(f"model: {info['dir']} ({info['model_type']}, vocabulary {info['vocab_size']}, "
           f"tokenizer: {'yes' if info['has_tokenizer'] else 'no'})")
 
-    texts = ["The capital of France is", "Write a haiku about the sea:", "Is the sky blue? Answer in JSON:"]
-    if not info["has_tokenizer"]:
+    texts = ["def fibonacci(n):", "class Stack:\n    \"\"\"", "Is the sky blue? Answer in JSON:"]
+    if info["has_tokenizer"]:
+        prompts = texts
+    else:
         # No tokenizer: token-id prompts only (outputs carry token ids, their text stays empty).
         prompts = [{"prompt_token_ids": [0] + [3 + (7 * i + k) % 200 for k in range(12)]} for i in range(3)]
-    elif info["vocab_size"] < 1000:
-        # The built-in fixture: spell the prompts with the tokenizer's single-byte tokens.
-        prompts = [{"prompt_token_ids": [0] + [llm.encode(c)[0] for c in t]} for t in texts]
-    else:
-        prompts = texts
 
     schema = {
         "type": "object",

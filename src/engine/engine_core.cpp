@@ -63,12 +63,6 @@ EngineCore::EngineCore(EngineOptions options)
 
     std::string tok = options_.tokenizer;
     if (tok.empty() && has_tokenizer_file(dir)) tok = dir;
-#ifdef DI_DEFAULT_TOKENIZER
-    // The built-in default model is a random-weight fixture without tokenizer files; it borrows the
-    // DeepSeek-V4 tokenizer (its 256 ids are the tokenizer's specials and single bytes).
-    if (tok.empty() && options_.model.empty() && dir == default_model_dir() && file_exists(DI_DEFAULT_TOKENIZER))
-        tok = DI_DEFAULT_TOKENIZER;
-#endif
     if (!tok.empty()) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_file(tok));
 
     // State memory: the model's buffers in blocks of a pool sized by the budget.

@@ -1,6 +1,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/file.h"
@@ -85,6 +86,8 @@ Tokenizer Tokenizer::from_file(const std::string& path) {
         file = path_join(path, "tokenizer.json");
     } else if (file_exists(path_join(path, "tokenizer.json.gz"))) {
         file = path_join(path, "tokenizer.json.gz");
+    } else if (std::filesystem::is_directory(path)) {
+        DI_THROW("no tokenizer in ", path, " (it holds neither tokenizer.json nor tokenizer.json.gz)");
     }
     size_t slash = file.find_last_of('/');
     dir = slash == std::string::npos ? "." : file.substr(0, slash);

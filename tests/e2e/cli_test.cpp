@@ -126,9 +126,34 @@ TEST(Cli, RandomWeightsNeedOnlyAConfig) {
 TEST(Cli, GenerateUsesTheEnvironmentsModel) {
     const CliResult r =
         cli("generate --ids-npy " + fixture() + "/ids.npy --max-tokens 4 --ignore-eos --quiet" + engine_flags());
-    // With DEEPINFER_HF_MODEL_DIR unset, the built-in default model (the same fixture, with a tokenizer).
+    // With DEEPINFER_HF_MODEL_DIR unset, the built-in default model (models/deepinfer-tiny-v4).
     EXPECT_EQ(r.status, 0) << r.out;
     EXPECT_NE(r.out.find("generated 4"), std::string::npos) << r.out;
+    const CliResult t = cli("generate --prompt 'def fibonacci(n):' --max-tokens 12 --ignore-eos" + engine_flags());
+    EXPECT_EQ(t.status, 0) << t.out;
+    EXPECT_EQ(t.out.rfind("def fibonacci(n):", 0), std::string::npos) << "the prompt is not echoed: " << t.out;
+    EXPECT_NE(t.out.find("generated 12"), std::string::npos) << t.out;
+}
+
+TEST(Cli, PerplexityOfTheDefaultModelsHeldOutText) {
+    const std::string json = ::testing::TempDir() + "/ppl_" + std::to_string(getpid()) + ".json";
+    const CliResult r = cli("perplexity --max-windows 2 --threads 2 --json " + json);
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_NE(r.out.find("over 1024 tokens in 2 windows of 512"), std::string::npos) << r.out;
+    EXPECT_NE(read_text(json).find("\"window_nll\""), std::string::npos);
+    const std::string text = ::testing::TempDir() + "/ppl_text_" + std::to_string(getpid()) + ".txt";
+    write_text(text, "x = 1\n");
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {"perplexity --text-file /nonexistent.txt", "/nonexistent.txt"},
+        {"perplexity --context 0", "context"},
+        {"perplexity --model " + fixture() + " --text-file " + text, "tokenizer"},
+    };
+    for (const auto& [args, message] : bad) {
+        const CliResult e = cli(args + " --threads 2");
+        EXPECT_EQ(e.status, 1) << args << "\n" << e.out;
+        EXPECT_EQ(count_lines(e.out), 1) << args << "\n" << e.out;
+        EXPECT_NE(e.out.find(message), std::string::npos) << args << "\n" << e.out;
+    }
 }
 
 TEST(Cli, ChatReadsMessagesFromStdin) {

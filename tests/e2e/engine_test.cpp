@@ -462,7 +462,7 @@ TEST(Engine, DefaultModel) {
     LLM llm(o);
     EXPECT_EQ(llm.model_info().dir, default_model_dir());
     EXPECT_TRUE(llm.model_info().has_tokenizer);
-    // Its 256 ids are the tokenizer's specials and single bytes: ids prompts give text.
+    // The trained default model ships its tokenizer: id prompts give text.
     SamplingParams p;
     p.max_tokens = 8;
     p.seq_seed = 1;

@@ -18,6 +18,7 @@ namespace deepinfer::cli {
 
 int cmd_generate(int argc, char** argv);
 int cmd_logits(int argc, char** argv);
+int cmd_perplexity(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_chat_template(int argc, char** argv);
 int cmd_chat(int argc, char** argv);

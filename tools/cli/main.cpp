@@ -20,6 +20,7 @@ const Command kCommands[] = {
     {"chat", deepinfer::cli::cmd_chat, "chat with the model interactively"},
     {"bench", deepinfer::cli::cmd_bench, "offline throughput benchmark (requests/s, tokens/s, TTFT, TPOT)"},
     {"logits", deepinfer::cli::cmd_logits, "write the logits of every prompt position to a .npy file"},
+    {"perplexity", deepinfer::cli::cmd_perplexity, "perplexity of a text file (default: the model's heldout.txt)"},
     {"tokenize", deepinfer::cli::cmd_tokenize, "encode text to token ids (or decode ids) with a tokenizer.json"},
     {"chat-template", deepinfer::cli::cmd_chat_template, "print the DeepSeek-V4 prompt for chat messages"},
     {"grammar", deepinfer::cli::cmd_grammar, "compile a regex/JSON schema/EBNF grammar and check texts against it"},

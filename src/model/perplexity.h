@@ -1,0 +1,27 @@
+// Perplexity of a causal LM over a token stream, the way tools/train/train_tiny_v4.py's reference computes
+// it: windows of `context` ids from fresh context, each predicting the id after each of its positions, so
+// every id but the first is predicted exactly once.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace deepinfer {
+
+class CausalLM;
+
+struct PerplexityResult {
+    std::vector<double> window_nll;      // sum of -log p(next id) per window, natural log
+    std::vector<int64_t> window_tokens;  // ids predicted per window
+    double nll_sum() const;
+    int64_t tokens() const;
+    double perplexity() const;  // exp(nll_sum / tokens)
+};
+
+// ids: the stream, usually [bos] + encode(text). max_windows 0: all. Windows go through the model
+// `batch_windows` at a time (each its own sequence); log-softmax in double.
+PerplexityResult evaluate_perplexity(CausalLM& model, std::span<const int32_t> ids, int64_t context,
+                                     int64_t max_windows = 0, int64_t batch_windows = 8);
+
+}  // namespace deepinfer

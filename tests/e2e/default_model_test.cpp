@@ -1,0 +1,78 @@
+// The shipped default model (models/deepinfer-tiny-v4): it loads as the default, our tokenizer encodes its
+// held-out text exactly as Hugging Face tokenizers did, and its held-out perplexity matches the one
+// transformers computed on the GPU machine from the same (dequantized) weights (reference.json, written by
+// tools/train/train_tiny_v4.py).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "core/file.h"
+#include "deepinfer/llm.h"
+#include "model/model.h"
+#include "model/perplexity.h"
+#include "support/npy_compare.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+namespace {
+
+nlohmann::json reference() {
+    std::ifstream f(path_join(default_model_dir(), "reference.json"));
+    return nlohmann::json::parse(f);
+}
+
+std::vector<int32_t> heldout_ids() {
+    const Tokenizer tok = Tokenizer::from_file(default_model_dir());
+    std::vector<int32_t> ids{*tok.bos_id()};
+    const std::vector<int32_t> body = tok.encode(read_file(path_join(default_model_dir(), "heldout.txt")));
+    ids.insert(ids.end(), body.begin(), body.end());
+    return ids;
+}
+
+TEST(DefaultModel, TokenizerEncodesHeldOutTextLikeHuggingFace) {
+    ASSERT_FALSE(default_model_dir().empty());
+    const std::vector<int32_t> expected = testing_support::load_i32(path_join(default_model_dir(), "heldout_ids.npy"));
+    const std::vector<int32_t> ids = heldout_ids();
+    ASSERT_EQ(ids.size(), expected.size());
+    EXPECT_EQ(ids, expected);
+}
+
+// The CI check: perplexity over the first windows of the committed held-out text equals the reference's
+// within 1% (and so stays under the reference * 1.01), far below the uniform baseline.
+TEST(DefaultModel, HeldOutPerplexityMatchesTheReference) {
+    const nlohmann::json ref = reference();
+    const int64_t windows = ref["ci_windows"].get<int64_t>(), context = ref["eval_context"].get<int64_t>();
+    const double expected = ref["perplexity_shipped_reference_ci_windows"].get<double>();
+    auto backend = create_backend("cpu", 2);
+    auto model = load_model(default_model_dir(), *backend);
+    const PerplexityResult r = evaluate_perplexity(*model, heldout_ids(), context, windows);
+    ASSERT_EQ(static_cast<int64_t>(r.window_nll.size()), windows);
+    EXPECT_EQ(r.tokens(), windows * context);
+    EXPECT_NEAR(r.perplexity() / expected, 1.0, 0.01) << "engine " << r.perplexity() << " reference " << expected;
+    EXPECT_LT(r.perplexity(), expected * 1.01);
+    EXPECT_LT(r.perplexity(), ref["uniform_perplexity"].get<double>() / 100);
+    const std::vector<double> ref_nll = ref["window_nll_shipped"].get<std::vector<double>>();
+    for (int64_t w = 0; w < windows; ++w)
+        EXPECT_NEAR(r.window_nll[w], ref_nll[w], 0.01 * ref_nll[w]) << "window " << w;
+}
+
+TEST(DefaultModel, GeneratesTextFromATextPrompt) {
+    EngineOptions o;
+    o.num_threads = 2;
+    LLM llm(o);
+    ASSERT_EQ(llm.model_info().dir, default_model_dir());
+    SamplingParams p;
+    p.max_tokens = 24;
+    p.ignore_eos = true;
+    const RequestOutput out = llm.generate({Prompt::from_text("def fibonacci(n):")}, p)[0];
+    ASSERT_TRUE(out.error.empty()) << out.error;
+    EXPECT_EQ(out.outputs[0].token_ids.size(), 24u);
+    EXPECT_FALSE(out.outputs[0].text.empty());
+    EXPECT_EQ(out.outputs[0].text, llm.decode(out.outputs[0].token_ids, true));
+}
+
+}  // namespace
+}  // namespace deepinfer

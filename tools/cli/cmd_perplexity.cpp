@@ -1,0 +1,71 @@
+// deepinfer perplexity: held-out perplexity of a text, windowed exactly as the training script's reference
+// (tools/train/train_tiny_v4.py): ids = [bos] + encode(text), windows of --context ids from fresh context.
+#include <cstdio>
+#include <cxxopts.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "cli_common.h"
+#include "commands.h"
+#include "core/file.h"
+#include "deepinfer/llm.h"
+#include "model/model.h"
+#include "model/perplexity.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer::cli {
+
+int cmd_perplexity(int argc, char** argv) {
+    cxxopts::Options opts("deepinfer perplexity", "Perplexity of a text file under the model (next-token NLL).");
+    opts.add_options()("model", "checkpoint directory (default: $DEEPINFER_HF_MODEL_DIR, else the default model)",
+                       cxxopts::value<std::string>()->default_value(""))(
+        "text-file", "UTF-8 text to score (default: the model directory's heldout.txt)",
+        cxxopts::value<std::string>()->default_value(""))(
+        "tokenizer", "tokenizer.json or its directory (default: the model's)",
+        cxxopts::value<std::string>()->default_value(""))(
+        "context", "tokens per window", cxxopts::value<int64_t>()->default_value("512"))(
+        "max-windows", "score only the first N windows (0: all)", cxxopts::value<int64_t>()->default_value("0"))(
+        "batch", "windows per forward pass", cxxopts::value<int64_t>()->default_value("8"))(
+        "json", "also write the result (per-window NLL included) to this file",
+        cxxopts::value<std::string>()->default_value(""))(
+        "device", "cpu or cuda", cxxopts::value<std::string>()->default_value("cpu"))(
+        "threads", "CPU threads (0: all cores)", cxxopts::value<int>()->default_value("0"))("h,help", "show help");
+    auto args = opts.parse(argc, argv);
+    if (args.count("help")) {
+        std::printf("%s\n", opts.help().c_str());
+        return 0;
+    }
+    const std::string dir = find_model_dir(args["model"].as<std::string>());
+    std::string text_path = args["text-file"].as<std::string>();
+    if (text_path.empty()) text_path = path_join(dir, "heldout.txt");
+    DI_CHECK(file_exists(text_path), "no text to score: ", text_path, " does not exist (pass --text-file)");
+    const std::string tok_path = args["tokenizer"].as<std::string>().empty() ? dir : args["tokenizer"].as<std::string>();
+    const Tokenizer tokenizer = Tokenizer::from_file(tok_path);
+    const std::optional<int32_t> bos = tokenizer.bos_id();
+    DI_CHECK(bos.has_value(), "the tokenizer at ", tok_path, " names no BOS token");
+    std::vector<int32_t> ids{*bos};
+    const std::vector<int32_t> body = tokenizer.encode(read_file(text_path));
+    ids.insert(ids.end(), body.begin(), body.end());
+
+    auto backend = create_backend(args["device"].as<std::string>(), args["threads"].as<int>());
+    auto model = load_model(dir, *backend);
+    const double t0 = now_seconds();
+    const PerplexityResult r = evaluate_perplexity(*model, ids, args["context"].as<int64_t>(),
+                                                   args["max-windows"].as<int64_t>(), args["batch"].as<int64_t>());
+    const double seconds = now_seconds() - t0;
+    std::printf("perplexity %.4f (mean NLL %.5f nats) over %lld tokens in %zu windows of %lld; uniform %lld; %.1f s\n",
+                r.perplexity(), r.nll_sum() / static_cast<double>(r.tokens()), static_cast<long long>(r.tokens()),
+                r.window_nll.size(), static_cast<long long>(args["context"].as<int64_t>()),
+                static_cast<long long>(model->info().vocab_size), seconds);
+    if (const std::string out = args["json"].as<std::string>(); !out.empty()) {
+        nlohmann::json j = {{"perplexity", r.perplexity()},     {"tokens", r.tokens()},
+                            {"windows", r.window_nll.size()},   {"context", args["context"].as<int64_t>()},
+                            {"window_nll", r.window_nll},       {"window_tokens", r.window_tokens},
+                            {"text_file", text_path},           {"seconds", seconds}};
+        std::ofstream(out) << j.dump(1) << "\n";
+    }
+    return 0;
+}
+
+}  // namespace deepinfer::cli
