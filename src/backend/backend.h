@@ -97,6 +97,11 @@ public:
     // q [T, Hi, c], keys [E, c], weights [T, Hi].
     virtual void indexer_scores(TensorView scores, TensorView q, TensorView keys, TensorView weights,
                                 float scale) = 0;
+    // The indexer's top-k: for each row t of scores [T, E], the min(k, limits[t]) entries of [0, limits[t])
+    // with the highest scores (at equal scores the lower index wins), written in ascending index order as
+    // base + entry to dst[starts[t] ...]. dst: I32 array; starts, limits: [T] I32. Scores must not be NaN.
+    virtual void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
+                                int32_t base) = 0;
     // out [R, I] = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0 disables the clamp.
     virtual void swiglu(TensorView out, TensorView gate, TensorView up, float limit) = 0;
     // Row movement through device addresses (`rows`: [R] I64, each the address of a row of C floats in this

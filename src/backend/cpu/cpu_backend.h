@@ -38,6 +38,8 @@ public:
                           const int32_t* indices, const float* sinks, float scale) override;
     void gated_pool(TensorView out, TensorView kv, TensorView gate) override;
     void indexer_scores(TensorView scores, TensorView q, TensorView keys, TensorView weights, float scale) override;
+    void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
+                        int32_t base) override;
     void swiglu(TensorView out, TensorView gate, TensorView up, float limit) override;
     void fake_quantize(TensorView x, QuantSim kind, int block) override;
     void gather_rows(TensorView dst, TensorView rows) override;

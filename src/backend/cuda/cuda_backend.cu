@@ -203,6 +203,14 @@ public:
         cuda::launch_indexer_scores(scores.f32(), q.f32(), keys.f32(), weights.f32(), q.dim(0), q.dim(1), q.dim(2),
                                     keys.dim(0), scale, stream_);
     }
+    void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
+                        int32_t base) override {
+        const auto op = profiler_->scope("indexer_select");
+        DI_ICHECK(starts.numel() == scores.dim(0) && limits.numel() == scores.dim(0) && k >= 0,
+                  "indexer_select shapes");
+        cuda::launch_indexer_select(dst.as<int32_t>(), starts.as<int32_t>(), scores.f32(), scores.dim(0),
+                                    scores.dim(1), limits.as<int32_t>(), k, base, stream_);
+    }
     void swiglu(TensorView out, TensorView gate, TensorView up, float limit) override {
         const auto op = profiler_->scope("swiglu");
         cuda::launch_swiglu(out.f32(), gate.f32(), up.f32(), out.numel(), limit, stream_);
