@@ -162,6 +162,7 @@ TEST_F(CudaAttention, SparseAttentionOddShapes) {
     check_attention(9, 64, 90, decode_lists(1, 16, 70, 60));
     check_attention(12, 96, 200, decode_lists(150, 8, 40, 40));  // 150 rows x 2 groups: 8 heads per block
     check_attention(6, 1000, 100, decode_lists(3, 20, 50, 70));
+    check_attention(16, 1000, 100, decode_lists(20, 10, 30, 60));  // 8 heads per block at the largest head dim
     check_attention(4, 260, 100, decode_lists(2, 30, 20, 60));
 }
 

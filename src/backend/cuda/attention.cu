@@ -399,8 +399,9 @@ void launch_sparse_attention(float* out, const float* q, const float* keys, cons
     DI_ICHECK(d <= kMaxHeadDim, "head_dim ", d, " is too large for the CUDA attention kernel");
     if (rows * heads * d == 0) return;
     const int64_t sms = sm_count(), target = 2 * sms;
-    // Eight heads share each staged key (more reuse) when that alone gives a block per SM; else four.
-    const int hg = heads > 4 && rows * ceil_div(heads, 8) >= sms ? 8 : 4;
+    // Eight heads share each staged key (half the key traffic of four) unless even the largest split leaves
+    // SMs idle (decode of one row): then four, which doubles the blocks.
+    const int hg = heads > 4 && rows * ceil_div(heads, 8) * kMaxSplits >= sms ? 8 : 4;
     const int64_t groups = ceil_div(heads, hg);
     int splits = 1;
     while (!batch_invariant && splits < kMaxSplits && rows * groups * splits * 2 <= target) splits *= 2;
