@@ -192,7 +192,7 @@ public:
         const auto op = profiler_->scope("sparse_attention");
         DI_ICHECK(out.shape() == q.shape() && keys.dim(1) == q.dim(2), "sparse_attention shapes");
         cuda::launch_sparse_attention(out.f32(), q.f32(), keys.f32(), offsets, indices, sinks, q.dim(0), q.dim(1),
-                                      q.dim(2), scale, stream_);
+                                      q.dim(2), scale, batch_invariant_, stream_);
     }
     void gated_pool(TensorView out, TensorView kv, TensorView gate) override {
         const auto op = profiler_->scope("gated_pool");

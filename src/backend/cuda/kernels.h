@@ -48,9 +48,11 @@ void launch_hc_post(float* out, const float* y, const float* post, const float* 
 void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
                         cudaStream_t stream);
 
+// batch_invariant: never split a row's key list over several blocks, so a row's result does not depend on the
+// number of rows in the call.
 void launch_sparse_attention(float* out, const float* q, const float* keys, const int32_t* offsets,
                              const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
-                             float scale, cudaStream_t stream);
+                             float scale, bool batch_invariant, cudaStream_t stream);
 void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
                            int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream);
 
