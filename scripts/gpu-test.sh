@@ -4,7 +4,8 @@
 # --bin: a folder holding deepinfer, cuda_ops_tests, v4_golden_tests and step_bench (default: the newest
 #   build folder with CUDA, searched for them); libraries they need may sit in DIR/lib or DIR/../lib.
 # --out: where logs and results go (default: gpu-results/). The test data comes from tests/data.
-# Runs: the CUDA op tests (each op against the CPU op), the V4 golden fixtures on the GPU, compute-sanitizer
+# Runs: the CUDA op tests (each op against the CPU op), the V4 golden fixtures on the GPU (with the tensor-core
+# GEMM at the bf16 bound, then with DEEPINFER_CUDA_GEMM=tiled at the fp32 bounds), compute-sanitizer
 # memcheck on the golden full forward and greedy run, generation through the engine on the GPU, then
 # bench/model_step: the card's bandwidth and matrix rate and transformers eager (hf_step_bench.py, when
 # torch and transformers are installed), and step_bench on the same config with --load-format random.
@@ -59,19 +60,22 @@ step() {  # name, command...: runs it with its output in $out/<name>.log and a o
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 step cuda_ops "$bin_cuda_ops_tests"
 step golden_cuda env DEEPINFER_TEST_DEVICE=cuda "$bin_v4_golden_tests"
-grep -h "tests ran\|PASSED\|FAILED" "$out/cuda_ops.log" "$out/golden_cuda.log" | sed 's/^/      /'
+step golden_cuda_tiled env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_GEMM=tiled "$bin_v4_golden_tests"
+grep -h "tests ran\|PASSED\|FAILED" "$out/cuda_ops.log" "$out/golden_cuda.log" "$out/golden_cuda_tiled.log" |
+    sed 's/^/      /'
 if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck env DEEPINFER_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --error-exitcode 1 \
         "$bin_v4_golden_tests" --gtest_filter='*FullForward*:*Greedy*'
     grep -h "ERROR SUMMARY" "$out/memcheck.log" | sed 's/^/      /'
 fi
-# Greedy generation through the engine (paged state, async scheduling) gives the same ids on both devices.
+# Greedy generation through the engine (paged state, async scheduling) gives the same ids on both devices
+# (on the fp32 GEMM: bf16 tensor cores need not keep every greedy id).
 generate() {  # device
     "$bin_deepinfer" generate --model tests/data/v4/v4_tiny_c --ids-npy tests/data/v4/v4_tiny_c/ids.npy \
         --max-tokens 48 --temperature 0 --ignore-eos --quiet --device "$1" --out "$out/generate_$1.npy"
 }
 step generate_cuda bash -c "$(declare -f generate); out=$out bin_deepinfer=$bin_deepinfer; generate cpu && \
-    generate cuda && cmp $out/generate_cpu.npy $out/generate_cuda.npy"
+    DEEPINFER_CUDA_GEMM=tiled generate cuda && cmp $out/generate_cpu.npy $out/generate_cuda.npy"
 
 if [ $bench = 1 ]; then
     bw=4300 tf=790

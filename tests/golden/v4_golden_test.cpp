@@ -2,8 +2,13 @@
 // tools/golden/make_v4_golden.py writes into tests/data/v4. Bounds are the architecture page's:
 // fp32 references (fp32 weights, or FP8/FP4 dequantized exactly) 1e-3 with identical greedy continuations;
 // bf16-computed references 3e-2 with >= 95% greedy prefix agreement; chunked vs full 1e-5.
+// On CUDA the products of more than 8 rows run on bf16 tensor cores unless DEEPINFER_CUDA_GEMM=tiled: then
+// the table's GPU (bf16 activations) bound applies to every fixture (3e-2, >= 95% greedy prefix), and chunked
+// prefill runs in batch-invariant mode (one GEMM for every chunk size) so that it keeps the 1e-5 bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 
@@ -28,6 +33,15 @@ struct Case {
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// Whether the test device computes the larger products from bf16 activations (CUDA's tensor-core GEMM).
+bool bf16_gemm() {
+    const char* gemm = std::getenv("DEEPINFER_CUDA_GEMM");
+    return testing_support::test_device().rfind("cuda", 0) == 0 && !(gemm && std::string(gemm) == "tiled");
+}
+constexpr double kBf16Bound = 3e-2, kBf16Prefix = 0.95;
+double logits_bound(const Case& c) { return bf16_gemm() ? std::max(c.logits_bound, kBf16Bound) : c.logits_bound; }
+double gen_prefix(const Case& c) { return bf16_gemm() ? std::min(c.gen_prefix, kBf16Prefix) : c.gen_prefix; }
 
 const Case kCases[] = {
     {"v4_tiny_a", 1e-3, 1.0},
@@ -74,11 +88,12 @@ TEST_P(V4Golden, FullForwardMatchesReference) {
     const double err = rel_error(prompt_logits(0), ref);
     RecordProperty("rel_error", std::to_string(err));
     std::printf("[ %s ] full forward vs reference: %.3g (bound %.0e)\n", GetParam().name, err,
-                GetParam().logits_bound);
-    EXPECT_LE(err, GetParam().logits_bound);
+                logits_bound(GetParam()));
+    EXPECT_LE(err, logits_bound(GetParam()));
 }
 
 TEST_P(V4Golden, ChunkedPrefillMatchesFullForward) {
+    if (bf16_gemm()) backend_->set_batch_invariant(true);  // else 1 and 7 rows take the fp32 GEMV
     const std::vector<float> full = prompt_logits(0);
     const std::vector<float> ref = load_f32(dir_ + "/logits.npy");
     for (int64_t chunk : {1, 7, 64}) {
@@ -87,7 +102,7 @@ TEST_P(V4Golden, ChunkedPrefillMatchesFullForward) {
         std::printf("[ %s ] chunk %lld: vs full %.3g, vs reference %.3g\n", GetParam().name,
                     static_cast<long long>(chunk), vs_full, vs_ref);
         EXPECT_LE(vs_full, 1e-5) << "chunk " << chunk;
-        EXPECT_LE(vs_ref, GetParam().logits_bound) << "chunk " << chunk;
+        EXPECT_LE(vs_ref, logits_bound(GetParam())) << "chunk " << chunk;
     }
 }
 
@@ -107,19 +122,19 @@ TEST_P(V4Golden, GreedyContinuationMatchesReference) {
     }
     const size_t prefix = common_prefix(ours, ref);
     std::printf("[ %s ] greedy prefix agreement %zu / %zu\n", GetParam().name, prefix, ref.size());
-    EXPECT_GE(static_cast<double>(prefix), GetParam().gen_prefix * ref.size());
+    EXPECT_GE(static_cast<double>(prefix), gen_prefix(GetParam()) * ref.size());
     // Where the continuations agree, the decode-step logits agree with the reference's.
     const size_t rows = std::min(prefix + 1, ref.size());
     const double err = rel_error(step_logits.data(), ref_logits.data(), rows * vocab_);
     std::printf("[ %s ] decode-step logits vs reference over %zu steps: %.3g\n", GetParam().name, rows, err);
-    EXPECT_LE(err, GetParam().logits_bound);
+    EXPECT_LE(err, logits_bound(GetParam()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, V4Golden, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 // The bf16-weight case computed in fp32 by the reference: our fp32 arithmetic on the same bf16 weights must
-// match at the fp32 bound, and greedy must be identical.
+// match at the fp32 bound, and greedy must be identical (bf16 tensor cores: 3e-2 and >= 95% of greedy).
 TEST(V4GoldenBf16, MatchesFp32ComputationOfTheSameWeights) {
     const std::string dir = data_path("v4/v4_tiny_b_bf16");
     auto backend = create_backend(testing_support::test_device(), 2);
@@ -132,7 +147,7 @@ TEST(V4GoldenBf16, MatchesFp32ComputationOfTheSameWeights) {
     const std::vector<float> ref = load_f32(dir + "/logits_fp32.npy");
     const double err = rel_error(logits.f32(), ref.data(), ref.size());
     std::printf("[ v4_tiny_b_bf16 ] vs fp32 reference: %.3g\n", err);
-    EXPECT_LE(err, 1e-3);
+    EXPECT_LE(err, bf16_gemm() ? kBf16Bound : 1e-3);
     const int64_t v = model->info().vocab_size;
     std::vector<int32_t> ours = {argmax(std::span<const float>(logits.f32() + (ids.size() - 1) * v, v))};
     while (ours.size() < ref_gen.size()) {
@@ -140,7 +155,8 @@ TEST(V4GoldenBf16, MatchesFp32ComputationOfTheSameWeights) {
         Tensor t = model->forward(std::span<const SequenceInput>(&step, 1));
         ours.push_back(argmax(std::span<const float>(t.f32(), v)));
     }
-    EXPECT_EQ(ours, ref_gen);
+    if (bf16_gemm()) EXPECT_GE(static_cast<double>(common_prefix(ours, ref_gen)), kBf16Prefix * ref_gen.size());
+    else EXPECT_EQ(ours, ref_gen);
 }
 
 }  // namespace

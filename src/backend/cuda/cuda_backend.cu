@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -52,6 +53,12 @@ cuda::HcDesc describe(const HcParams& p) {
 class CudaBackend final : public Backend {
 public:
     CudaBackend(int device, int host_threads) : device_(device), pool_(host_threads) {
+        // DEEPINFER_CUDA_GEMM: tc (default; bf16 tensor cores, the GPU bound of the tolerance table) or tiled
+        // (fp32 SIMT, ~1e-6 of the CPU), for the products of more than kGemvMaxRows rows.
+        const char* gemm = std::getenv("DEEPINFER_CUDA_GEMM");
+        const std::string mode = gemm && *gemm ? gemm : "tc";
+        DI_CHECK(mode == "tc" || mode == "tiled", "DEEPINFER_CUDA_GEMM must be tc or tiled, not '", mode, "'");
+        tensor_cores_ = mode == "tc";
         DI_CUDA_CHECK(cudaSetDevice(device_));
         DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         // Keep freed blocks in the stream-ordered pool instead of returning them to the driver.
@@ -133,13 +140,18 @@ public:
         for (int g = 0; g < groups; ++g)
             matmul(out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
     }
-    // Few rows: the weight-streaming GEMV; else the tiled kernel. Batch-invariant mode keeps one kernel for
-    // every row count, so that a row's result never depends on how many rows share the step.
+    // Few rows: the weight-streaming GEMV; else the tensor-core kernel (or, with DEEPINFER_CUDA_GEMM=tiled, the
+    // exact fp32 tiled kernel). Batch-invariant mode keeps one kernel for every row count, so that a row's
+    // result never depends on how many rows share the step: the tensor-core kernel's per-output reduction order
+    // depends only on K once split-K is off, the tiled kernel's likewise.
     void matmul(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& d,
                 int64_t w_row0, int64_t n_out) {
         if (!batch_invariant_ && cuda::gemv_applies(rows, d)) {
             const auto op = profiler_->scope(rows == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
             cuda::launch_gemv(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
+        } else if (tensor_cores_) {
+            const auto op = profiler_->scope("matmul tensor cores");
+            cuda::launch_gemm_tc(out, ldc, x, lda, rows, d, w_row0, n_out, !batch_invariant_, stream_);
         } else {
             const auto op = profiler_->scope("matmul tiled");
             cuda::launch_gemm(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
@@ -267,6 +279,7 @@ private:
     size_t staging_used_ = 0;
     ThreadPool pool_;
     bool batch_invariant_ = false;
+    bool tensor_cores_ = true;  // products of more than kGemvMaxRows rows (see matmul())
 };
 
 }  // namespace

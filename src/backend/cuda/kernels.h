@@ -13,6 +13,11 @@ namespace deepinfer::cuda {
 // out[t, n] (row stride ldc) = sum_k x[t, k] (row stride lda) * W[w_row0 + n, k], t < rows, n < n_out.
 void launch_gemm(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                  int64_t w_row0, int64_t n_out, cudaStream_t stream);
+// The same product on tensor cores (gemm_tc.cu): bf16-rounded activations and weights (FP8/FP4 times E8M0
+// scales stay exact), fp32 accumulation. Each output's reduction order depends only on K, not on `rows` or
+// the tile shape, unless allow_split_k lets small problems split K (deterministic, but then row-count dependent).
+void launch_gemm_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
+                    int64_t w_row0, int64_t n_out, bool allow_split_k, cudaStream_t stream);
 // The same product for at most kGemvMaxRows rows, streaming each weight row once (decode). Applies when
 // gemv_applies(): whole 16-byte chunks per weight row, each inside one scale block, a power-of-two number of
 // chunks per scale block, and K short enough for an eighth of the activation rows to fit in shared memory.
