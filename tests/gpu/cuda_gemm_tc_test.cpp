@@ -60,7 +60,8 @@ protected:
 // Every weight kind (see make_weight) and row count. n = 300, k = 400 end in partial N and K tiles on the
 // vector loaders (FP4 takes k = 416: its K must be whole groups of 32, as the weight loader requires, so it never
 // ends in a partial K step); k = 100 (not a multiple of 16) takes the element-wise loader (not FP4, likewise);
-// n = 1100 at 2048 rows fills the GPU with 128x128 tiles; k = 4096 at 9 and 64 rows splits K.
+// n = 1100 at 2048 rows fills the GPU with 128x128 tiles, n = 600 only with 128x64 ones (80 and 160 tiles; 114
+// to 132 SMs); k = 4096 at 9 and 64 rows splits K.
 TEST_F(CudaGemmTc, EveryKindAndRowCount) {
     for (int format = 0; format < 7; ++format) {
         for (int64_t t : {9, 64, 300, 2048}) {
@@ -68,6 +69,7 @@ TEST_F(CudaGemmTc, EveryKindAndRowCount) {
             if (format != 4) check(format, t, 77, 100);
         }
         check(format, 2048, 1100, 512);
+        check(format, 2048, 600, 512);
         check(format, 9, 200, 4096);
         check(format, 64, 200, 4096);
     }
