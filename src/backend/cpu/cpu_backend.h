@@ -47,6 +47,9 @@ public:
     void add(TensorView x, TensorView y) override;
     void scale(TensorView x, float s) override;
     void moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) override;
+    void moe_route(TensorView experts, TensorView weights, TensorView logits, const MoeRouting& r) override;
+    void expert_linear(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& experts,
+                       int rows_per_input) override;
 
 private:
     // out[:, n0:n1] (row stride ldc) = x (row stride lda) . W[w_row0 + n0 : w_row0 + n1, :]^T for T rows.

@@ -7,6 +7,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
@@ -72,6 +74,8 @@ public:
         profiler_ = std::make_unique<cuda::OpProfiler>(stream_);
     }
     ~CudaBackend() override {
+        cudaStreamSynchronize(stream_);
+        expert_tables_.clear();  // their memory goes back on the stream
         cudaStreamSynchronize(stream_);
         profiler_.reset();
         cudaStreamDestroy(stream_);
@@ -258,8 +262,71 @@ public:
                                  out.dim(1), stream_);
     }
 
+    void moe_route(TensorView experts, TensorView weights, TensorView logits, const MoeRouting& r) override {
+        const auto op = profiler_->scope("moe_route");
+        const int64_t t = logits.dim(0), e = logits.dim(1);
+        DI_ICHECK(logits.ndim() == 2 && r.k > 0 && r.k <= e && experts.numel() == t * r.k &&
+                      weights.numel() == t * r.k && (!r.tid2eid || r.tokens),
+                  "moe_route: logits ", logits.shape().str(), ", k ", r.k, ", experts ", experts.shape().str());
+        const cuda::MoeRouteDesc d{r.bias, r.tid2eid, r.tokens, r.vocab, static_cast<int>(r.scoring), r.k,
+                                   r.gate_temp, r.routed_scaling};
+        cuda::launch_moe_route(experts.as<int32_t>(), weights.f32(), logits.f32(), t, e, d, stream_);
+    }
+    void expert_linear(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& experts,
+                       int rows_per_input) override {
+        const auto op = profiler_->scope("expert_linear");
+        const int64_t r = expert_of_row.numel();
+        DI_ICHECK(!experts.empty() && rows_per_input > 0 && x.ndim() == 2 && r % rows_per_input == 0 &&
+                      x.dim(0) == r / rows_per_input && x.dim(1) == experts[0].cols &&
+                      out.numel() == r * experts[0].rows,
+                  "expert_linear: x ", x.shape().str(), ", out ", out.shape().str(), ", ", r, " rows, ",
+                  rows_per_input, " per input");
+        if (r == 0) return;
+        const ExpertTable& table = expert_table(experts);
+        const cuda::ExpertLinearDesc d{out.f32(),
+                                       x.f32(),
+                                       expert_of_row.as<const int32_t>(),
+                                       table.device.as<const WeightDesc>(),
+                                       r,
+                                       experts[0].rows,
+                                       experts[0].cols,
+                                       static_cast<int>(experts.size()),
+                                       rows_per_input};
+        cuda::launch_expert_linear(d, table.host[0], table.streams, stream_);
+    }
+
 private:
     static constexpr size_t kStagingBytes = size_t{32} << 20;
+
+    // The descriptions of a list of experts in device memory, for expert_linear's kernels to index.
+    struct ExpertTable {
+        std::vector<WeightDesc> host;
+        Tensor device;         // [experts] WeightDesc
+        bool streams = false;  // cuda::expert_linear_streams()
+    };
+    static bool same_weight(const WeightDesc& d, const LinearWeight& w) {
+        return d.data == w.data.data() && d.scale == w.scale.data() && d.rows == w.rows && d.cols == w.cols &&
+               d.format == static_cast<int>(w.format) && d.block_rows == w.block_rows && d.block_cols == w.block_cols;
+    }
+    // Built on the first use of an expert list and kept, keyed by the list's address; a list found at a known
+    // address but holding other weights (a model loaded after another was freed) is described again.
+    const ExpertTable& expert_table(const std::vector<LinearWeight>& experts) {
+        ExpertTable& t = expert_tables_[experts.data()];
+        bool same = t.host.size() == experts.size();
+        for (size_t i = 0; same && i < experts.size(); ++i) same = same_weight(t.host[i], experts[i]);
+        if (same) return t;
+        t.host.clear();
+        for (const LinearWeight& w : experts) {
+            DI_ICHECK(w.rows == experts[0].rows && w.cols == experts[0].cols, "expert_linear: expert ", w.name, " is [",
+                      w.rows, ", ", w.cols, "], the first [", experts[0].rows, ", ", experts[0].cols, "]");
+            t.host.push_back(describe(w));
+        }
+        static_assert(sizeof(WeightDesc) % 4 == 0, "WeightDesc is stored as I32 words");
+        t.streams = cuda::expert_linear_streams(t.host.data(), static_cast<int64_t>(t.host.size()));
+        t.device = alloc(DType::kI32, Shape{static_cast<int64_t>(t.host.size() * sizeof(WeightDesc) / 4)});
+        upload(t.device, t.host.data());
+        return t;
+    }
 
     void drain_locked() {
         DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -280,6 +347,7 @@ private:
     ThreadPool pool_;
     bool batch_invariant_ = false;
     bool tensor_cores_ = true;  // products of more than kGemvMaxRows rows (see matmul())
+    std::unordered_map<const LinearWeight*, ExpertTable> expert_tables_;
 };
 
 }  // namespace

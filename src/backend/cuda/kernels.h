@@ -72,4 +72,34 @@ void launch_moe_combine(float* out, const float* routed, const float* weights, c
 void launch_indexer_select(int32_t* dst, const int32_t* starts, const float* scores, int64_t rows, int64_t entries,
                            const int32_t* limits, int k, int32_t base, cudaStream_t stream);
 
+// MoE routing of `rows` rows of logits [rows, e] (Backend::moe_route): experts [rows, k] I32, weights [rows, k].
+struct MoeRouteDesc {
+    const float* bias;       // [e] f32 selection bias, or null (score routing)
+    const int32_t* tid2eid;  // [vocab, k] I32 expert ids (hash routing), or null (score routing)
+    const int32_t* tokens;   // [rows] I32 token ids (hash routing)
+    int64_t vocab;           // rows of tid2eid
+    int scoring;             // 0 sqrt(softplus), 1 softmax, 2 sigmoid (ScoringFunc's order)
+    int k;                   // experts per row, <= kMoeRouteMaxK
+    float gate_temp;         // logits are divided by it unless it is 1
+    float routed_scaling;
+};
+constexpr int kMoeRouteMaxK = 32;
+void launch_moe_route(int32_t* experts, float* weights, const float* logits, int64_t rows, int64_t e,
+                      const MoeRouteDesc& r, cudaStream_t stream);
+
+// Routed expert products (Backend::expert_linear): out [rows, n] row r = x row (r / rows_per_input) [k] times
+// table[expert_of_row[r]]^T, every table entry an [n, k] weight of one kind. `fast` (from
+// expert_linear_streams()) picks the weight-streaming kernel, else a plain one for any layout.
+struct ExpertLinearDesc {
+    float* out;                    // [rows, n] f32
+    const float* x;                // [rows / rows_per_input, k] f32
+    const int32_t* expert_of_row;  // [rows] I32
+    const WeightDesc* table;       // [num_experts] device memory
+    int64_t rows, n, k;
+    int num_experts, rows_per_input;
+};
+// True when every weight can be streamed in whole 16-byte chunks (see gemv_applies(), without the limit on K).
+bool expert_linear_streams(const WeightDesc* host_table, int64_t num_experts);
+void launch_expert_linear(const ExpertLinearDesc& p, const WeightDesc& first, bool fast, cudaStream_t stream);
+
 }  // namespace deepinfer::cuda

@@ -52,7 +52,7 @@ struct DeepseekV4Model::Rows {
     };
     int64_t total = 0;
     std::vector<int32_t> tokens, positions;  // host copies
-    TensorView positions_d;                  // [T] I32, backend memory
+    TensorView positions_d, tokens_d;        // [T] I32, backend memory
     std::vector<Seq> seqs;
 };
 
@@ -141,10 +141,11 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
     if (T == 0) return Tensor::f32(Shape{R, c.vocab_size});
     StepArrays arrays(be);
     rows.positions_d = arrays.i32(rows.positions);
+    rows.tokens_d = arrays.i32(rows.tokens);
 
     // Residual streams [T, n, D]: the embedding copied into every stream.
     Tensor x = be.alloc(DType::kF32, Shape{T, D});
-    be.embedding(x, weights_.embed, arrays.i32(rows.tokens).as<int32_t>());
+    be.embedding(x, weights_.embed, rows.tokens_d.as<int32_t>());
     Tensor streams = be.alloc(DType::kF32, Shape{T, n, D}), next = be.alloc(DType::kF32, Shape{T, n, D});
     std::vector<float*> copies(T * n);
     for (int64_t r = 0; r < T; ++r)
@@ -171,7 +172,7 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
         const std::string tag = "l" + std::to_string(l);
         sublayer(L.hc_attn, L.attn_norm, tag + ".attn", [&](TensorView in, TensorView out) { attention(l, rows, in, out); });
         sublayer(L.hc_ffn, L.ffn_norm, tag + ".mlp", [&](TensorView in, TensorView out) {
-            moe_forward(be, L.moe, moe_params_[l], in, rows.tokens.data(), out);
+            moe_forward(be, L.moe, moe_params_[l], in, rows.tokens_d, out);
         });
         dump(be, "hidden." + std::to_string(l + 1), streams);
     }
