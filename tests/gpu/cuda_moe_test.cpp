@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cuda_test_support.h"
+#include "support/npy_compare.h"
 
 namespace deepinfer {
 namespace {
