@@ -117,6 +117,10 @@ public:
     // base + entry to dst[starts[t] ...]. dst: I32 array; starts, limits: [T] I32. Scores must not be NaN.
     virtual void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
                                 int32_t base) = 0;
+    // Greedy token selection: ids[r] = the index of the largest logit of row r of logits [R, V], the lowest
+    // index on ties, NaN entries ignored; -1 when the row's first logit is NaN or no logit exceeds -inf (the
+    // host sampler's error cases). ids: [R] I32.
+    virtual void argmax_rows(TensorView ids, TensorView logits) = 0;
     // out [R, I] = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0 disables the clamp.
     virtual void swiglu(TensorView out, TensorView gate, TensorView up, float limit) = 0;
     // Row movement through device addresses (`rows`: [R] I64, each the address of a row of C floats in this

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "engine/request.h"
 
@@ -21,6 +23,10 @@ public:
     void execute(StepBatch& batch);
 
 private:
+    // Greedy with nothing that needs the logits on the host (no penalties, grammar, min_tokens mask, logprobs).
+    static bool plain_greedy(const SamplerState& s);
+    void select_greedy_on_backend(std::span<const SequenceInput> inputs, const std::vector<size_t>& sampling,
+                                  StepBatch& batch);
     void sample_row(float* row, const StepItem& item, SampleResult& out);
 
     CausalLM& model_;

@@ -219,6 +219,11 @@ public:
         cuda::launch_indexer_scores(scores.f32(), q.f32(), keys.f32(), weights.f32(), q.dim(0), q.dim(1), q.dim(2),
                                     keys.dim(0), scale, stream_);
     }
+    void argmax_rows(TensorView ids, TensorView logits) override {
+        const auto op = profiler_->scope("argmax_rows");
+        DI_ICHECK(ids.numel() == logits.dim(0) && logits.dim(1) > 0, "argmax_rows shapes");
+        cuda::launch_argmax_rows(ids.as<int32_t>(), logits.f32(), logits.dim(0), logits.dim(1), stream_);
+    }
     void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
                         int32_t base) override {
         const auto op = profiler_->scope("indexer_select");

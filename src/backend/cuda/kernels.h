@@ -68,6 +68,9 @@ void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
 void launch_moe_combine(float* out, const float* routed, const float* weights, const float* shared, int64_t t,
                         int64_t k, int64_t d, cudaStream_t stream);
 
+// Greedy selection (sampling.cu): see Backend::argmax_rows.
+void launch_argmax_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab, cudaStream_t stream);
+
 // The indexer's top-k (select.cu): see Backend::indexer_select.
 void launch_indexer_select(int32_t* dst, const int32_t* starts, const float* scores, int64_t rows, int64_t entries,
                            const int32_t* limits, int k, int32_t base, cudaStream_t stream);

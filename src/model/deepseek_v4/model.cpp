@@ -99,17 +99,23 @@ std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(SequenceMemory memo
     return std::make_unique<V4Sequence>(config_, state_spec_, std::move(memory));
 }
 
-Tensor DeepseekV4Model::forward(std::span<const SequenceInput> batch) {
+Tensor DeepseekV4Model::forward(std::span<const SequenceInput> batch) { return forward_sequences(batch, false); }
+
+Tensor DeepseekV4Model::forward_on_backend(std::span<const SequenceInput> batch) {
+    return forward_sequences(batch, true);
+}
+
+Tensor DeepseekV4Model::forward_sequences(std::span<const SequenceInput> batch, bool on_backend) {
     std::vector<StateInput> states;
     for (const SequenceInput& in : batch) {
         auto* seq = dynamic_cast<V4Sequence*>(in.seq);
         DI_CHECK(seq, "forward: sequence does not belong to a DeepSeek-V4 model");
         states.push_back({&seq->state(), in.tokens, in.logits_from});
     }
-    return forward_states(states);
+    return forward_states(states, on_backend);
 }
 
-Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
+Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch, bool on_backend) {
     const DeepseekV4Config& c = config_;
     Backend& be = backend_;
     const int64_t D = c.hidden_size, n = c.hc_mult;
@@ -187,7 +193,7 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
     be.rms_norm(selected, selected, weights_.norm.f32(), c.rms_eps);
     Tensor logits = be.alloc(DType::kF32, Shape{R, c.vocab_size});
     be.linear(logits, selected, weights_.head);
-    return be.is_host() ? std::move(logits) : to_host(be, logits);
+    return be.is_host() || on_backend ? std::move(logits) : to_host(be, logits);
 }
 
 // Emits the compressed entries whose windows close inside this chunk, then stores the chunk's projections
