@@ -6,7 +6,9 @@
 # --out: where logs and results go (default: gpu-results/). The test data comes from tests/data.
 # Runs: the CUDA op tests (each op against the CPU op), the V4 golden fixtures on the GPU (with the tensor-core
 # GEMM at the bf16 bound, then with DEEPINFER_CUDA_GEMM=tiled at the fp32 bounds), compute-sanitizer
-# memcheck on the golden full forward and greedy run, generation through the engine on the GPU, then
+# memcheck on the golden full forward and greedy run (and memcheck, racecheck and synccheck on the newer op
+# tests), the golden fixtures in batch-invariant mode, the default model's perplexity on the GPU, the kernel
+# micro-benchmarks found beside deepinfer, generation through the engine on the GPU, then
 # bench/model_step: the card's bandwidth and matrix rate and transformers eager (hf_step_bench.py, when
 # torch and transformers are installed), and step_bench on the same config with --load-format random.
 set -uo pipefail
@@ -67,7 +69,23 @@ if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck env DEEPINFER_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --error-exitcode 1 \
         "$bin_v4_golden_tests" --gtest_filter='*FullForward*:*Greedy*'
     grep -h "ERROR SUMMARY" "$out/memcheck.log" | sed 's/^/      /'
+    # The newer kernels (selection, attention tiles and clusters, tensor-core GEMM, MoE) under every tool.
+    newer='CudaSelect*:CudaArgmax*:CudaAttention*:CudaGemmTc*:CudaMoe*'
+    for tool in memcheck racecheck synccheck; do
+        step "ops_$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin_cuda_ops_tests" \
+            --gtest_filter="$newer"
+        grep -h "ERROR SUMMARY" "$out/ops_$tool.log" | sed 's/^/      /'
+    done
 fi
+step golden_cuda_batch_invariant env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_BATCH_INVARIANT=1 "$bin_v4_golden_tests"
+# The default model's held-out perplexity on the GPU (the CPU and the reference give 7.4934 / 7.4935).
+step perplexity_cuda "$bin_deepinfer" perplexity --device cuda --json "$out/perplexity_cuda.json"
+grep -h "^perplexity" "$out/perplexity_cuda.log" | sed 's/^/      /'
+# Kernel micro-benchmarks, when built (bench/gemv, bench/attention, bench/gemm).
+for micro in gemv_bench attention_bench gemm_bench; do
+    path="$(dirname "$bin_deepinfer")/$micro"
+    [ -x "$path" ] && step "$micro" "$path"
+done
 # Greedy generation through the engine (paged state, async scheduling) gives the same ids on both devices
 # (on the fp32 GEMM: bf16 tensor cores need not keep every greedy id).
 generate() {  # device
