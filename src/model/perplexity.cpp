@@ -49,6 +49,10 @@ PerplexityResult evaluate_perplexity(CausalLM& model, std::span<const int32_t> i
             batch.push_back({seqs.back().get(), ids.subspan(starts[w], len), 0});
         }
         const Tensor logits = model.forward(batch);  // [sum of lengths, V]
+        int64_t rows = 0;
+        for (const SequenceInput& in : batch) rows += static_cast<int64_t>(in.tokens.size());
+        DI_CHECK(logits.view().ndim() == 2 && logits.dim(0) == rows && logits.dim(1) == V, "perplexity: the model returned ",
+                 logits.dim(0), " rows of logits for ", rows, " tokens");
         const float* row = logits.f32();
         for (size_t w = b; w < e; ++w) {
             const int64_t len = static_cast<int64_t>(batch[w - b].tokens.size());

@@ -6,6 +6,7 @@
 
 #include "support/checkpoint_edit.h"
 #include "support/npy_compare.h"
+#include "support/scoped_env.h"
 #include "test_models.h"
 
 namespace deepinfer {
@@ -124,6 +125,7 @@ TEST(Cli, RandomWeightsNeedOnlyAConfig) {
 }
 
 TEST(Cli, GenerateUsesTheEnvironmentsModel) {
+    ScopedEnv no_model("DEEPINFER_HF_MODEL_DIR", nullptr);
     const CliResult r =
         cli("generate --ids-npy " + fixture() + "/ids.npy --max-tokens 4 --ignore-eos --quiet" + engine_flags());
     // With DEEPINFER_HF_MODEL_DIR unset, the built-in default model (models/deepinfer-tiny-v4).
@@ -136,6 +138,7 @@ TEST(Cli, GenerateUsesTheEnvironmentsModel) {
 }
 
 TEST(Cli, PerplexityOfTheDefaultModelsHeldOutText) {
+    ScopedEnv no_model("DEEPINFER_HF_MODEL_DIR", nullptr);
     const std::string json = ::testing::TempDir() + "/ppl_" + std::to_string(getpid()) + ".json";
     const CliResult r = cli("perplexity --max-windows 2 --threads 2 --json " + json);
     EXPECT_EQ(r.status, 0) << r.out;

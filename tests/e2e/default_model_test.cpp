@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "model/perplexity.h"
 #include "support/npy_compare.h"
+#include "support/scoped_env.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
@@ -32,8 +33,12 @@ std::vector<int32_t> heldout_ids() {
     return ids;
 }
 
+// Built with -DDI_DEFAULT_MODEL= (no default model) there is nothing to check.
+#define SKIP_WITHOUT_DEFAULT_MODEL() \
+    if (default_model_dir().empty()) GTEST_SKIP() << "built without a default model"
+
 TEST(DefaultModel, TokenizerEncodesHeldOutTextLikeHuggingFace) {
-    ASSERT_FALSE(default_model_dir().empty());
+    SKIP_WITHOUT_DEFAULT_MODEL();
     const std::vector<int32_t> expected = testing_support::load_i32(path_join(default_model_dir(), "heldout_ids.npy"));
     const std::vector<int32_t> ids = heldout_ids();
     ASSERT_EQ(ids.size(), expected.size());
@@ -43,6 +48,7 @@ TEST(DefaultModel, TokenizerEncodesHeldOutTextLikeHuggingFace) {
 // The CI check: perplexity over the first windows of the committed held-out text equals the reference's
 // within 1% (and so stays under the reference * 1.01), far below the uniform baseline.
 TEST(DefaultModel, HeldOutPerplexityMatchesTheReference) {
+    SKIP_WITHOUT_DEFAULT_MODEL();
     const nlohmann::json ref = reference();
     const int64_t windows = ref["ci_windows"].get<int64_t>(), context = ref["eval_context"].get<int64_t>();
     const double expected = ref["perplexity_shipped_reference_ci_windows"].get<double>();
@@ -60,6 +66,8 @@ TEST(DefaultModel, HeldOutPerplexityMatchesTheReference) {
 }
 
 TEST(DefaultModel, GeneratesTextFromATextPrompt) {
+    SKIP_WITHOUT_DEFAULT_MODEL();
+    testing_support::ScopedEnv no_model("DEEPINFER_HF_MODEL_DIR", nullptr);
     EngineOptions o;
     o.num_threads = 2;
     LLM llm(o);

@@ -10,12 +10,14 @@
 #include "deepinfer/llm.h"
 #include "model/model.h"
 #include "support/npy_compare.h"
+#include "support/scoped_env.h"
 
 namespace deepinfer {
 namespace {
 
 using testing_support::data_path;
 using testing_support::load_i32;
+using testing_support::ScopedEnv;
 
 std::string fixture() { return data_path("v4/v4_tiny_c"); }
 
@@ -82,33 +84,6 @@ bool same_logprobs(const std::vector<LogprobEntry>& a, const std::vector<Logprob
     }
     return true;
 }
-
-class ScopedEnv {
-public:
-    ScopedEnv(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name)) {
-            old_ = old;
-            had_ = true;
-        }
-        if (value) {
-            setenv(name, value, 1);
-        } else {
-            unsetenv(name);
-        }
-    }
-    ~ScopedEnv() {
-        if (had_) {
-            setenv(name_, old_.c_str(), 1);
-        } else {
-            unsetenv(name_);
-        }
-    }
-
-private:
-    const char* name_;
-    std::string old_;
-    bool had_ = false;
-};
 
 // DEEPINFER_BATCH_INVARIANT=1: 16 mixed requests batched (chunked prefills mixed with decodes, any order)
 // give exactly the tokens, and bitwise the logprobs, each gives alone.

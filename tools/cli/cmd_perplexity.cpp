@@ -36,6 +36,11 @@ int cmd_perplexity(int argc, char** argv) {
         std::printf("%s\n", opts.help().c_str());
         return 0;
     }
+    const int64_t context = args["context"].as<int64_t>(), max_windows = args["max-windows"].as<int64_t>(),
+                  batch = args["batch"].as<int64_t>();
+    DI_CHECK(context >= 1, "--context must be at least 1, got ", context);
+    DI_CHECK(batch >= 1, "--batch must be at least 1, got ", batch);
+    DI_CHECK(max_windows >= 0, "--max-windows must be 0 (all) or more, got ", max_windows);
     const std::string dir = find_model_dir(args["model"].as<std::string>());
     std::string text_path = args["text-file"].as<std::string>();
     if (text_path.empty()) text_path = path_join(dir, "heldout.txt");
@@ -51,19 +56,20 @@ int cmd_perplexity(int argc, char** argv) {
     auto backend = create_backend(args["device"].as<std::string>(), args["threads"].as<int>());
     auto model = load_model(dir, *backend);
     const double t0 = now_seconds();
-    const PerplexityResult r = evaluate_perplexity(*model, ids, args["context"].as<int64_t>(),
-                                                   args["max-windows"].as<int64_t>(), args["batch"].as<int64_t>());
+    const PerplexityResult r = evaluate_perplexity(*model, ids, context, max_windows, batch);
     const double seconds = now_seconds() - t0;
     std::printf("perplexity %.4f (mean NLL %.5f nats) over %lld tokens in %zu windows of %lld; uniform %lld; %.1f s\n",
                 r.perplexity(), r.nll_sum() / static_cast<double>(r.tokens()), static_cast<long long>(r.tokens()),
-                r.window_nll.size(), static_cast<long long>(args["context"].as<int64_t>()),
+                r.window_nll.size(), static_cast<long long>(context),
                 static_cast<long long>(model->info().vocab_size), seconds);
     if (const std::string out = args["json"].as<std::string>(); !out.empty()) {
-        nlohmann::json j = {{"perplexity", r.perplexity()},     {"tokens", r.tokens()},
-                            {"windows", r.window_nll.size()},   {"context", args["context"].as<int64_t>()},
-                            {"window_nll", r.window_nll},       {"window_tokens", r.window_tokens},
-                            {"text_file", text_path},           {"seconds", seconds}};
-        std::ofstream(out) << j.dump(1) << "\n";
+        const nlohmann::json j = {{"perplexity", r.perplexity()},   {"tokens", r.tokens()},
+                                  {"windows", r.window_nll.size()}, {"context", context},
+                                  {"window_nll", r.window_nll},     {"window_tokens", r.window_tokens},
+                                  {"text_file", text_path},         {"seconds", seconds}};
+        std::ofstream f(out);
+        f << j.dump(1) << "\n";
+        DI_CHECK(f.good(), "cannot write ", out);
     }
     return 0;
 }

@@ -9,11 +9,12 @@ construction; needs torch, transformers >= 5.17 and tokenizers, and a CUDA GPU) 
              when --tokenizer names an existing tokenizer.json
   train      AdamW on random 512-token windows of the token stream (documents as [bos] text [eos]), bf16
              autocast, for --minutes of wall time; the schedule's length is fixed from the measured step time
-             (warm-up, then cosine to 10%); resumable from WORK/ckpt.pt (--resume adds --minutes more)
+             (warm-up, then cosine to 10%); resumable from WORK/ckpt.pt: --resume continues an interrupted
+             schedule, or trains --minutes more at the final learning rate once it has ended
   export     DeepSeek's release format: FP8 e4m3 linears with E8M0 128x128 block scales, packed FP4 experts
              with E8M0 scales per 32 inputs, bf16 embeddings/norms/compressors, fp32 mHC; legacy config keys;
              written as two safetensors shards with an index, beside the tokenizer
-  eval       held-out perplexity computed by transformers in fp32, for the trained weights and for the
+  eval       held-out perplexity computed by transformers in fp32 (TF32 off), for the trained weights and for the
              shipped (dequantized) weights, over --eval-text: ids = [bos] + encode(text), windows of
              --eval-context tokens each predicting the next token (every token once, fresh context per window)
 
@@ -27,6 +28,7 @@ CORPUS_DIR comes from tools/train/make_corpus.py. OUT receives the model directo
 import argparse
 import csv
 import gzip
+import hashlib
 import json
 import lzma
 import math
@@ -245,14 +247,17 @@ def train(args, model, stream, eval_stream, device, log_path):
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         state = ck["state"]
-        state["total_steps"] = None  # re-planned below for the added minutes
-        print(f"resumed at step {state['step']}", flush=True)
+        # The saved plan stands: an interrupted run continues its schedule; a finished one trains --minutes more
+        # at the final learning rate.
+        print(f"resumed at step {state['step']} of {state['total_steps']}", flush=True)
     gen = torch.Generator().manual_seed(1234 + state["step"])
     warmup = args.warmup
     budget = args.minutes * 60.0
     rows = args.batch
     tokens_per_step = rows * SEQ_LEN
-    n = len(stream) - SEQ_LEN - 1
+    n = len(stream) - SEQ_LEN  # window starts: [0, n) keeps start + SEQ_LEN inside the stream
+    if n < 1:
+        raise SystemExit(f"the corpus has {len(stream)} tokens, fewer than one window of {SEQ_LEN + 1}")
     stream_t = torch.from_numpy(stream.astype(np.int64))
     new_log = not os.path.exists(log_path) or not args.resume
     log_f = open(log_path, "w" if new_log else "a", newline="")
@@ -261,17 +266,22 @@ def train(args, model, stream, eval_stream, device, log_path):
         log.writerow(["step", "tokens", "seconds", "lr", "train_loss", "heldout_loss"])
     t_start = time.time()
     last_save = t_start
-    step_times = []
+    step_times = []  # wall time per iteration (batch, forward, backward, optimizer, logging)
+    t_iter = None
     first_step = state["step"]
     ema = None
     model.train()
     while True:
         now = time.time()
+        if t_iter is not None:
+            step_times.append(now - t_iter)
+        t_iter = now
         run_elapsed = now - t_start
         if state["total_steps"] is None and len(step_times) >= 10:
             per_step = float(np.median(step_times[-10:]))
             left = budget - run_elapsed - 30.0  # leave time for the final save
-            state["total_steps"] = state["step"] + max(1, int(left / per_step))
+            # 5% slack for held-out evaluations and checkpoint saves between the measured iterations.
+            state["total_steps"] = state["step"] + max(1, int(0.95 * left / per_step))
             print(f"step time {per_step * 1000:.1f} ms: planning {state['total_steps']} steps", flush=True)
         if state["total_steps"] is not None and state["step"] >= state["total_steps"]:
             break
@@ -289,7 +299,6 @@ def train(args, model, stream, eval_stream, device, log_path):
         starts = torch.randint(0, n, (rows,), generator=gen)
         idx = starts[:, None] + torch.arange(SEQ_LEN + 1)[None, :]
         batch = stream_t[idx].to(device, non_blocking=True)
-        t0 = time.time()
         with torch.autocast("cuda", dtype=torch.bfloat16):
             out = model(input_ids=batch[:, :-1], use_cache=False, output_router_logits=True)
         # Next-token loss over all SEQ_LEN positions, plus the router balance loss of the score-routed layers.
@@ -302,7 +311,6 @@ def train(args, model, stream, eval_stream, device, log_path):
         lv = float(lm_loss.detach())
         if not math.isfinite(lv):
             raise RuntimeError(f"loss is {lv} at step {s}")
-        step_times.append(time.time() - t0)
         state["step"] += 1
         state["tokens"] += tokens_per_step
         ema = lv if ema is None else 0.98 * ema + 0.02 * lv
@@ -313,8 +321,9 @@ def train(args, model, stream, eval_stream, device, log_path):
             model.train()
             print(f"step {state['step']} loss {ema:.3f} heldout {held} lr {lr:.2e} "
                   f"{state['elapsed'] + time.time() - t_start:.0f}s", flush=True)
-        log.writerow([state["step"], state["tokens"], f"{state['elapsed'] + time.time() - t_start:.1f}", f"{lr:.3e}",
-                      f"{lv:.4f}", held])
+        if held or state["step"] % args.log_every == 0:
+            log.writerow([state["step"], state["tokens"], f"{state['elapsed'] + time.time() - t_start:.1f}",
+                          f"{lr:.3e}", f"{lv:.4f}", held])
         if time.time() - last_save > args.save_every:
             save_ckpt(ckpt_path, model, opt, state, time.time() - t_start)
             last_save = time.time()
@@ -348,6 +357,7 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--log-every", type=int, default=20, help="steps between rows of train_log.csv (evaluations always)")
     ap.add_argument("--save-every", type=float, default=120.0)
     ap.add_argument("--eval-context", type=int, default=SEQ_LEN)
     ap.add_argument("--seed", type=int, default=7)
@@ -361,9 +371,13 @@ def main():
 
     t = time.time()
     train_docs = read_docs(os.path.join(args.corpus, "train.jsonl.xz"))
+    out_tokenizer = os.path.join(args.out, "tokenizer.json")
+    if args.resume and not args.tokenizer and os.path.exists(out_tokenizer):
+        args.tokenizer = out_tokenizer  # the tokenizer the cached token stream was made with
     if args.tokenizer:
-        tok_path = os.path.join(args.out, "tokenizer.json")
-        shutil.copyfile(args.tokenizer, tok_path)
+        tok_path = out_tokenizer
+        if os.path.abspath(args.tokenizer) != os.path.abspath(tok_path):
+            shutil.copyfile(args.tokenizer, tok_path)
         write_tokenizer_config(args.out)
     else:
         tok_path = train_tokenizer(train_docs, VOCAB, args.out)
@@ -373,11 +387,17 @@ def main():
 
     t = time.time()
     stream_path = os.path.join(args.work, "train_ids.npy")
-    if os.path.exists(stream_path) and args.resume:
+    with open(tok_path, "rb") as f:
+        tok_hash = hashlib.sha256(f.read()).hexdigest()
+    hash_path = stream_path + ".tokenizer-sha256"
+    cached = args.resume and os.path.exists(stream_path) and os.path.exists(hash_path)
+    if cached and open(hash_path).read().strip() == tok_hash:
         stream = np.load(stream_path)
     else:
         stream = encode_corpus(tok, train_docs)
         np.save(stream_path, stream)
+        with open(hash_path, "w") as f:
+            f.write(tok_hash + "\n")
     with open(args.eval_text, encoding="utf-8") as f:
         eval_text = f.read()
     held_ids = eval_ids(tok, eval_text)
@@ -404,10 +424,12 @@ def main():
     write_sharded(args.out, tensors, n_shards=2)
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(legacy_config(NATIVE_CONFIG), f, indent=1)
-    size = sum(os.path.getsize(os.path.join(args.out, n)) for n in os.listdir(args.out) if "safetensors" in n)
+    size = sum(os.path.getsize(os.path.join(args.out, n)) for n in os.listdir(args.out) if n.endswith(".safetensors"))
     timings["export_s"] = time.time() - t
 
     t = time.time()
+    torch.backends.cuda.matmul.allow_tf32 = False  # the reference is plain fp32
+    torch.backends.cudnn.allow_tf32 = False
     model = model.to(device)
     max_w = 2 if args.smoke else None
     trained = nll_per_window(model, held_ids, args.eval_context, device, max_windows=max_w)
@@ -430,7 +452,7 @@ def main():
         "heldout_ids_head": held_ids[:64], "heldout_ids_count": len(held_ids),
         "parameters": n_params, "safetensors_bytes": size, "train_steps": state["step"],
         "train_tokens": state["tokens"], "train_seconds": state["elapsed"], "corpus_tokens": int(len(stream)),
-        "corpus_bytes": corpus_bytes, "timings": timings, "smoke": args.smoke,
+        "corpus_bytes": corpus_bytes, "corpus_documents": len(train_docs), "timings": timings, "smoke": args.smoke,
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
                      "tokenizers": __import__("tokenizers").__version__},
         "gpu": torch.cuda.get_device_name(0),
