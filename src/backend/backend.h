@@ -114,7 +114,7 @@ public:
                                 float scale) = 0;
     // The indexer's top-k: for each row t of scores [T, E], the min(k, limits[t]) entries of [0, limits[t])
     // with the highest scores (at equal scores the lower index wins), written in ascending index order as
-    // base + entry to dst[starts[t] ...]. dst: I32 array; starts, limits: [T] I32. Scores must not be NaN.
+    // base + entry to dst[starts[t] ...]. dst: I32 array; starts, limits: [T] I32. NaN scores rank as -inf.
     virtual void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
                                 int32_t base) = 0;
     // Greedy token selection: ids[r] = the index of the largest logit of row r of logits [R, V], the lowest

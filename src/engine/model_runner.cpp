@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <span>
+#include <string>
 
 #include "backend/backend.h"
 #include "core/thread_pool.h"
@@ -68,6 +69,11 @@ void ModelRunner::select_greedy_on_backend(std::span<const SequenceInput> inputs
     for (int64_t r = 0; r < rows; ++r) {
         const StepItem& item = batch.items[sampling[r]];
         SampleResult& out = batch.results[sampling[r]];
+        if (ids[r] >= vocab) {
+            out.error = "the device's greedy selection returned token " + std::to_string(ids[r]) +
+                        " outside the vocabulary of " + std::to_string(vocab);
+            continue;
+        }
         if (ids[r] < 0) {
             std::vector<float> row(static_cast<size_t>(vocab));
             backend_.download(row.data(), logits.view().slice_rows(r, r + 1));

@@ -1,5 +1,6 @@
 // The compute side of a step: one forward over every scheduled sequence, then token selection for the
-// sequences that reached the end of their known tokens (penalties, masks, sampler, logprobs).
+// sequences that reached the end of their known tokens (penalties, masks, sampler, logprobs). A step whose
+// selections are all plain greedy takes the argmax on the backend and downloads only the ids.
 #pragma once
 
 #include <cstdint>

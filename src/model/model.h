@@ -113,7 +113,7 @@ public:
     // is modified.
     virtual Tensor forward(std::span<const SequenceInput> batch) = 0;
     // The same step, with the logits left in the backend's memory (for selecting tokens on the device).
-    virtual Tensor forward_on_backend(std::span<const SequenceInput> batch) { return forward(batch); }
+    virtual Tensor forward_on_backend(std::span<const SequenceInput> batch) = 0;
 };
 
 struct LoadOptions {

@@ -35,8 +35,12 @@ TEST_P(CudaSelect, MatchesTheCpuBitwise) {
     std::normal_distribution<float> normal(0.0f, 3.0f);
 
     Tensor scores = Tensor::f32(Shape{c.rows, c.entries});
-    for (int64_t i = 0; i < scores.numel(); ++i)
+    for (int64_t i = 0; i < scores.numel(); ++i) {
         scores.f32()[i] = c.distinct ? static_cast<float>(rng() % c.distinct) - 2.0f : normal(rng);
+        const unsigned u = rng() % 200;  // NaN ranks as -inf and -0 equals +0 on both backends
+        if (u == 0) scores.f32()[i] = std::numeric_limits<float>::quiet_NaN();
+        if (u == 1) scores.f32()[i] = c.distinct ? -0.0f : scores.f32()[i];
+    }
     Tensor starts(DType::kI32, Shape{c.rows}), limits(DType::kI32, Shape{c.rows});
     int64_t capacity = 0;
     for (int64_t r = 0; r < c.rows; ++r) {

@@ -101,8 +101,10 @@ void CpuBackend::indexer_select(TensorView dst, TensorView starts, TensorView sc
             std::iota(order.begin(), order.end(), 0);
             if (m < n) {  // the m highest scores, ties to the lower index; then back to index order
                 const float* sr = s + r * entries;
+                auto key = [&](int32_t i) { return std::isnan(sr[i]) ? -INFINITY : sr[i]; };  // a strict order
                 std::nth_element(order.begin(), order.begin() + m, order.end(), [&](int32_t a, int32_t c) {
-                    return sr[a] > sr[c] || (sr[a] == sr[c] && a < c);
+                    const float ka = key(a), kc = key(c);
+                    return ka > kc || (ka == kc && a < c);
                 });
                 order.resize(static_cast<size_t>(m));
                 std::sort(order.begin(), order.end());

@@ -54,8 +54,13 @@ void CpuBackend::moe_route(TensorView experts, TensorView weights, TensorView lo
                              E, ")");
             } else {
                 std::iota(order.begin(), order.end(), 0);
+                // NaN ranks as -inf, so the comparison stays a strict weak order whatever the logits hold.
+                auto key = [&](int32_t i) {
+                    const float v = s[i] + (p.bias ? p.bias[i] : 0.0f);
+                    return std::isnan(v) ? -INFINITY : v;
+                };
                 std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t bb) {
-                    const float va = s[a] + (p.bias ? p.bias[a] : 0.0f), vb = s[bb] + (p.bias ? p.bias[bb] : 0.0f);
+                    const float va = key(a), vb = key(bb);
                     return va > vb || (va == vb && a < bb);
                 });
                 std::memcpy(sel, order.data(), K * 4);

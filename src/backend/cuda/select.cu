@@ -11,9 +11,11 @@ namespace {
 
 constexpr int kSelectThreads = 512;
 
-// Float -> unsigned key with the same order (for non-NaN values): flip all bits of negatives, set the sign
-// bit of non-negatives. -0 and +0 get different keys; scores here are sums of relu terms, so -0 never arises.
+// Float -> unsigned key with the same order: flip all bits of negatives, set the sign bit of non-negatives.
+// As on the CPU, NaN ranks as -inf and -0 equals +0.
 __device__ __forceinline__ uint32_t order_key(float f) {
+    if (isnan(f)) f = -INFINITY;
+    if (f == 0.0f) f = 0.0f;
     const uint32_t u = __float_as_uint(f);
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
