@@ -22,6 +22,11 @@ public:
     void token_bytes(std::string& token) const override {
         for (const auto& p : parts_) p->token_bytes(token);
     }
+    bool groups_byte_tokens() const override {
+        for (const auto& p : parts_)
+            if (p->groups_byte_tokens()) return true;
+        return false;
+    }
 
 private:
     std::vector<std::unique_ptr<Decoder>> parts_;
@@ -125,7 +130,7 @@ public:
 };
 
 // "<0xAB>" -> 0xAB, or -1.
-int parse_byte_token(const std::string& t) {
+int parse_byte_value(const std::string& t) {
     if (t.size() != 6 || t[0] != '<' || t[1] != '0' || t[2] != 'x' || t[5] != '>') return -1;
     int v = 0;
     for (int k = 3; k < 5; ++k) {
@@ -157,7 +162,7 @@ public:
             pending_count = 0;
         };
         for (std::string& t : tokens) {
-            int b = parse_byte_token(t);
+            int b = parse_byte_value(t);
             if (b >= 0) {
                 pending.push_back(static_cast<char>(b));
                 ++pending_count;
@@ -170,9 +175,10 @@ public:
         tokens.swap(out);
     }
     void token_bytes(std::string& t) const override {
-        int b = parse_byte_token(t);
+        int b = parse_byte_value(t);
         if (b >= 0) t.assign(1, static_cast<char>(b));
     }
+    bool groups_byte_tokens() const override { return true; }
 };
 
 class MetaspaceDecoder : public Decoder {
@@ -215,6 +221,8 @@ size_t get_count(const json& j, const char* key) {
 }
 
 }  // namespace
+
+int parse_byte_token(const std::string& t) { return parse_byte_value(t); }
 
 std::unique_ptr<Decoder> make_decoder(const json& j) {
     if (j.is_null()) return nullptr;

@@ -18,7 +18,13 @@ public:
     // Rewrites one token string into the bytes it contributes in the middle of a text: like decode_chain on
     // a single non-leading token, but keeping raw bytes (no U+FFFD) and ignoring leading/trailing strips.
     virtual void token_bytes(std::string& token) const = 0;
+    // True when byte tokens ("<0xAB>") are decoded a run at a time (ByteFallback): a run that is not valid
+    // UTF-8 becomes one U+FFFD per byte, so earlier bytes of a run can change with later ones.
+    virtual bool groups_byte_tokens() const { return false; }
 };
+
+// "<0xAB>" -> 0xAB, or -1.
+int parse_byte_token(const std::string& t);
 
 // nullptr for a JSON null. Throws deepinfer::Error naming an unsupported or malformed decoder.
 std::unique_ptr<Decoder> make_decoder(const nlohmann::json& j);

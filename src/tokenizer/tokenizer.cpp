@@ -35,6 +35,7 @@ struct Tokenizer::Impl {
     int32_t vocab_size = 0;
     std::vector<std::string> token_bytes;
     std::vector<uint8_t> special;
+    std::vector<uint8_t> byte_fallback;  // "<0xAB>" tokens that the decoder joins a run at a time
 
     std::optional<int32_t> bos_id, eos_id;
     std::optional<bool> add_bos, add_eos;  // from tokenizer_config.json
@@ -178,6 +179,8 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
 
     impl->token_bytes.resize(limit);
     impl->special.assign(limit, 0);
+    impl->byte_fallback.assign(limit, 0);
+    const bool byte_runs = impl->decoder && impl->decoder->groups_byte_tokens();
     for (int32_t id = 0; id < limit; ++id) {
         std::string s;
         auto it = impl->added_by_id.find(id);
@@ -186,6 +189,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
             impl->special[id] = impl->added[it->second].special;
         } else if (const std::string* t = impl->model->id_to_token(id)) {
             s = *t;
+            impl->byte_fallback[id] = byte_runs && tok::parse_byte_token(s) >= 0;
         } else {
             continue;
         }
@@ -352,12 +356,19 @@ std::optional<int32_t> Tokenizer::eos_id() const { return impl_->eos_id; }
 StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens)
     : tokenizer_(&tokenizer), skip_special_(skip_special_tokens) {}
 
+bool Tokenizer::is_byte_fallback(int32_t id) const {
+    return id >= 0 && id < impl_->vocab_size && impl_->byte_fallback[id];
+}
+
 std::string StreamingDetokenizer::push(int32_t id) {
     DI_CHECK(id >= 0 && id < tokenizer_->vocab_size(), "cannot decode: token id ", id, " is outside [0, ",
              tokenizer_->vocab_size(), ")");
     ids_.push_back(id);
-    // Hold back while the tokens not yet emitted end inside a UTF-8 sequence (byte-level pieces or
-    // byte-fallback tokens of a character still to come).
+    // Hold back a run of byte-fallback tokens until a token of another kind closes it: the decoder turns a
+    // run that is not valid UTF-8 into one U+FFFD per byte, so a later byte can change the earlier ones' text.
+    if (tokenizer_->is_byte_fallback(id)) return {};
+    // Hold back while the tokens not yet emitted end inside a UTF-8 sequence (byte-level pieces of a
+    // character still to come).
     std::string tail;
     for (size_t i = read_offset_; i < ids_.size(); ++i) {
         if (skip_special_ && tokenizer_->is_special(ids_[i])) continue;

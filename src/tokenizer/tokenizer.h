@@ -48,6 +48,8 @@ public:
     std::string token_bytes(int32_t id) const { return std::string(token_bytes_view(id)); }
     std::string_view token_bytes_view(int32_t id) const;
     bool is_special(int32_t id) const;
+    // A byte-fallback token ("<0xAB>") of a tokenizer whose decoder joins runs of them (ByteFallback).
+    bool is_byte_fallback(int32_t id) const;
     bool is_added(int32_t id) const;
     std::optional<int32_t> token_to_id(std::string_view token) const;
     // The token's string as written in tokenizer.json (byte-level alphabet for byte-level models).

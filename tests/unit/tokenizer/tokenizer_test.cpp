@@ -188,6 +188,19 @@ TEST(Tokenizer, StreamingNeverSplitsCharacters) {
     EXPECT_EQ(out, l2.decode(s2.ids()));
 }
 
+// A run of byte-fallback tokens that is not valid UTF-8 decodes to one U+FFFD per byte, the valid tab before
+// the stray 0xD7 included: the stream must not emit the tab before it knows the run's end.
+TEST(Tokenizer, StreamingHoldsByteFallbackRunsUntilTheyClose) {
+    const Tokenizer& l2 = test::cached_tokenizer("llama2");
+    const std::vector<int32_t> ids = {30473, l2.token_to_id("<0x09>").value(), l2.token_to_id("<0xD7>").value(), 11670};
+    StreamingDetokenizer s(l2);
+    std::string out;
+    for (int32_t id : ids) out += s.push(id);
+    out += s.finish();
+    EXPECT_EQ(out, l2.decode(ids));
+    EXPECT_EQ(l2.decode(ids), "尾\xEF\xBF\xBD\xEF\xBF\xBD }}");
+}
+
 TEST(Tokenizer, StreamingSkipsSpecialTokensWhenAsked) {
     ChatEncodeOptions opts;
     std::string prompt =
