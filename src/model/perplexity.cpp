@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "core/thread_pool.h"
 #include "deepinfer/error.h"
 #include "model/model.h"
 
@@ -27,7 +28,7 @@ double PerplexityResult::perplexity() const {
 }
 
 PerplexityResult evaluate_perplexity(CausalLM& model, std::span<const int32_t> ids, int64_t context,
-                                     int64_t max_windows, int64_t batch_windows) {
+                                     int64_t max_windows, int64_t batch_windows, ThreadPool* pool) {
     DI_CHECK(context >= 1, "perplexity: the context must be at least 1 token");
     DI_CHECK(batch_windows >= 1, "perplexity: batch_windows must be at least 1");
     DI_CHECK(ids.size() >= 2, "perplexity: need at least 2 ids, got ", ids.size());
@@ -53,19 +54,33 @@ PerplexityResult evaluate_perplexity(CausalLM& model, std::span<const int32_t> i
         for (const SequenceInput& in : batch) rows += static_cast<int64_t>(in.tokens.size());
         DI_CHECK(logits.view().ndim() == 2 && logits.dim(0) == rows && logits.dim(1) == V, "perplexity: the model returned ",
                  logits.dim(0), " rows of logits for ", rows, " tokens");
-        const float* row = logits.f32();
-        for (size_t w = b; w < e; ++w) {
-            const int64_t len = static_cast<int64_t>(batch[w - b].tokens.size());
-            double nll = 0;
-            for (int64_t t = 0; t < len; ++t, row += V) {
-                const int32_t target = ids[starts[w] + t + 1];
-                DI_CHECK(target >= 0 && target < V, "perplexity: id ", target, " is outside the vocabulary of ", V);
+        // -log p(target) per row; the row's target is the id after its input position.
+        std::vector<int32_t> targets;
+        for (size_t w = b; w < e; ++w)
+            for (size_t t = 0; t < batch[w - b].tokens.size(); ++t) targets.push_back(ids[starts[w] + t + 1]);
+        for (int32_t target : targets)
+            DI_CHECK(target >= 0 && target < V, "perplexity: id ", target, " is outside the vocabulary of ", V);
+        std::vector<double> row_nll(targets.size());
+        auto score_rows = [&](int64_t r0, int64_t r1) {
+            for (int64_t r = r0; r < r1; ++r) {
+                const float* row = logits.f32() + r * V;
                 double mx = row[0];
                 for (int64_t v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(row[v]));
                 double sum = 0;
                 for (int64_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - mx);
-                nll += std::log(sum) + mx - static_cast<double>(row[target]);
+                row_nll[r] = std::log(sum) + mx - static_cast<double>(row[targets[r]]);
             }
+        };
+        if (pool) {
+            pool->parallel_for(rows, 16, score_rows);
+        } else {
+            score_rows(0, rows);
+        }
+        size_t r = 0;  // windows sum their rows in order, so the result does not depend on the threads
+        for (size_t w = b; w < e; ++w) {
+            const int64_t len = static_cast<int64_t>(batch[w - b].tokens.size());
+            double nll = 0;
+            for (int64_t t = 0; t < len; ++t) nll += row_nll[r++];
             result.window_nll.push_back(nll);
             result.window_tokens.push_back(len);
         }

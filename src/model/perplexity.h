@@ -10,6 +10,7 @@
 namespace deepinfer {
 
 class CausalLM;
+class ThreadPool;
 
 struct PerplexityResult {
     std::vector<double> window_nll;      // sum of -log p(next id) per window, natural log
@@ -20,8 +21,9 @@ struct PerplexityResult {
 };
 
 // ids: the stream, usually [bos] + encode(text). max_windows 0: all. Windows go through the model
-// `batch_windows` at a time (each its own sequence); log-softmax in double.
+// `batch_windows` at a time (each its own sequence); log-softmax in double, over the pool's threads when one
+// is given (the result does not depend on it).
 PerplexityResult evaluate_perplexity(CausalLM& model, std::span<const int32_t> ids, int64_t context,
-                                     int64_t max_windows = 0, int64_t batch_windows = 8);
+                                     int64_t max_windows = 0, int64_t batch_windows = 8, ThreadPool* pool = nullptr);
 
 }  // namespace deepinfer

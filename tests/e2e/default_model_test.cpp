@@ -54,7 +54,7 @@ TEST(DefaultModel, HeldOutPerplexityMatchesTheReference) {
     const double expected = ref["perplexity_shipped_reference_ci_windows"].get<double>();
     auto backend = create_backend("cpu", 2);
     auto model = load_model(default_model_dir(), *backend);
-    const PerplexityResult r = evaluate_perplexity(*model, heldout_ids(), context, windows);
+    const PerplexityResult r = evaluate_perplexity(*model, heldout_ids(), context, windows, 8, &backend->pool());
     ASSERT_EQ(static_cast<int64_t>(r.window_nll.size()), windows);
     EXPECT_EQ(r.tokens(), windows * context);
     EXPECT_NEAR(r.perplexity() / expected, 1.0, 0.01) << "engine " << r.perplexity() << " reference " << expected;

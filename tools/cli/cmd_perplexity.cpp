@@ -56,7 +56,7 @@ int cmd_perplexity(int argc, char** argv) {
     auto backend = create_backend(args["device"].as<std::string>(), args["threads"].as<int>());
     auto model = load_model(dir, *backend);
     const double t0 = now_seconds();
-    const PerplexityResult r = evaluate_perplexity(*model, ids, context, max_windows, batch);
+    const PerplexityResult r = evaluate_perplexity(*model, ids, context, max_windows, batch, &backend->pool());
     const double seconds = now_seconds() - t0;
     std::printf("perplexity %.4f (mean NLL %.5f nats) over %lld tokens in %zu windows of %lld; uniform %lld; %.1f s\n",
                 r.perplexity(), r.nll_sum() / static_cast<double>(r.tokens()), static_cast<long long>(r.tokens()),
