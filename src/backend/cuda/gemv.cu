@@ -32,9 +32,9 @@ constexpr int kU = 2;                      // steps (16-byte loads per row and l
 enum Kind { kF32, kBF16, kF16, kFP8, kFP4 };
 
 // Weights per 16-byte chunk, and log2 of the activation float4s per chunk.
-template <int K>
-constexpr int kElems = K == kF32 ? 4 : (K == kBF16 || K == kF16) ? 8 : K == kFP8 ? 16 : 32;
 constexpr int elems_of(int k) { return k == kF32 ? 4 : (k == kBF16 || k == kF16) ? 8 : k == kFP8 ? 16 : 32; }
+template <int K>
+constexpr int kElems = elems_of(K);
 template <int K>
 constexpr int kQShift = K == kF32 ? 0 : (K == kBF16 || K == kF16) ? 1 : K == kFP8 ? 2 : 3;
 
@@ -112,10 +112,6 @@ __device__ __forceinline__ void decode(const uint4& v, int g, float* out) {
         out[0] = a.x, out[1] = c.x, out[2] = a.y, out[3] = c.y;
         out[4] = b.x, out[5] = d.x, out[6] = b.y, out[7] = d.y;
     }
-}
-
-__device__ __forceinline__ float e8m0_fast(uint32_t e) {
-    return e == 0 ? __uint_as_float(0x00400000u) : e == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(e << 23);
 }
 
 // out[t, n] = sum_k x[t, k] * W[w_row0 + n, k] for t < ROWS. Grid: (cluster size, tile slots), cluster (cs, 1, 1).
@@ -218,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const Gemv
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
                         const uint32_t sb = cur.s[u][r];
-                        const float s = K == kFP8 && p.w.scale_f32 ? __uint_as_float(sb) : e8m0_fast(sb);
+                        const float s = K == kFP8 && p.w.scale_f32 ? __uint_as_float(sb) : e8m0_to_f32(static_cast<uint8_t>(sb));
 #pragma unroll
                         for (int t = 0; t < ROWS; ++t) acc[r][t] = fmaf(d[r][t], s, acc[r][t]);
                     }
