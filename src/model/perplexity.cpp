@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "core/thread_pool.h"
 #include "deepinfer/error.h"
 #include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace deepinfer {
 
@@ -25,6 +27,15 @@ int64_t PerplexityResult::tokens() const {
 double PerplexityResult::perplexity() const {
     const int64_t n = tokens();
     return n > 0 ? std::exp(nll_sum() / static_cast<double>(n)) : 0.0;
+}
+
+std::vector<int32_t> perplexity_ids(const Tokenizer& tokenizer, std::string_view text) {
+    const std::optional<int32_t> bos = tokenizer.bos_id();
+    DI_CHECK(bos.has_value(), "perplexity: the tokenizer names no BOS token");
+    std::vector<int32_t> ids{*bos};
+    const std::vector<int32_t> body = tokenizer.encode(text);
+    ids.insert(ids.end(), body.begin(), body.end());
+    return ids;
 }
 
 PerplexityResult evaluate_perplexity(CausalLM& model, std::span<const int32_t> ids, int64_t context,

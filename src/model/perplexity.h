@@ -5,12 +5,14 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 namespace deepinfer {
 
 class CausalLM;
 class ThreadPool;
+class Tokenizer;
 
 struct PerplexityResult {
     std::vector<double> window_nll;      // sum of -log p(next id) per window, natural log
@@ -20,7 +22,11 @@ struct PerplexityResult {
     double perplexity() const;  // exp(nll_sum / tokens)
 };
 
-// ids: the stream, usually [bos] + encode(text). max_windows 0: all. Windows go through the model
+// The stream a text is scored as: [bos] + encode(text) (no other special tokens). Throws Error when the
+// tokenizer names no BOS token.
+std::vector<int32_t> perplexity_ids(const Tokenizer& tokenizer, std::string_view text);
+
+// ids: the stream, usually perplexity_ids(text). max_windows 0: all. Windows go through the model
 // `batch_windows` at a time (each its own sequence); log-softmax in double, over the pool's threads when one
 // is given (the result does not depend on it).
 PerplexityResult evaluate_perplexity(CausalLM& model, std::span<const int32_t> ids, int64_t context,

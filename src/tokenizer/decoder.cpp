@@ -9,6 +9,22 @@
 
 namespace deepinfer::tok {
 
+// "<0xAB>" -> 0xAB, or -1.
+int parse_byte_token(const std::string& t) {
+    if (t.size() != 6 || t[0] != '<' || t[1] != '0' || t[2] != 'x' || t[5] != '>') return -1;
+    int v = 0;
+    for (int k = 3; k < 5; ++k) {
+        char c = t[k];
+        int d = (c >= '0' && c <= '9')   ? c - '0'
+                : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                                         : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
 using nlohmann::json;
 
 namespace {
@@ -129,21 +145,6 @@ public:
     void token_bytes(std::string&) const override {}
 };
 
-// "<0xAB>" -> 0xAB, or -1.
-int parse_byte_value(const std::string& t) {
-    if (t.size() != 6 || t[0] != '<' || t[1] != '0' || t[2] != 'x' || t[5] != '>') return -1;
-    int v = 0;
-    for (int k = 3; k < 5; ++k) {
-        char c = t[k];
-        int d = (c >= '0' && c <= '9')   ? c - '0'
-                : (c >= 'A' && c <= 'F') ? c - 'A' + 10
-                : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-                                         : -1;
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
 
 class ByteFallbackDecoder : public Decoder {
 public:
@@ -162,7 +163,7 @@ public:
             pending_count = 0;
         };
         for (std::string& t : tokens) {
-            int b = parse_byte_value(t);
+            int b = parse_byte_token(t);
             if (b >= 0) {
                 pending.push_back(static_cast<char>(b));
                 ++pending_count;
@@ -175,7 +176,7 @@ public:
         tokens.swap(out);
     }
     void token_bytes(std::string& t) const override {
-        int b = parse_byte_value(t);
+        int b = parse_byte_token(t);
         if (b >= 0) t.assign(1, static_cast<char>(b));
     }
     bool groups_byte_tokens() const override { return true; }
@@ -222,7 +223,6 @@ size_t get_count(const json& j, const char* key) {
 
 }  // namespace
 
-int parse_byte_token(const std::string& t) { return parse_byte_value(t); }
 
 std::unique_ptr<Decoder> make_decoder(const json& j) {
     if (j.is_null()) return nullptr;

@@ -26,11 +26,8 @@ nlohmann::json reference() {
 }
 
 std::vector<int32_t> heldout_ids() {
-    const Tokenizer tok = Tokenizer::from_file(default_model_dir());
-    std::vector<int32_t> ids{*tok.bos_id()};
-    const std::vector<int32_t> body = tok.encode(read_file(path_join(default_model_dir(), "heldout.txt")));
-    ids.insert(ids.end(), body.begin(), body.end());
-    return ids;
+    return perplexity_ids(Tokenizer::from_file(default_model_dir()),
+                          read_file(path_join(default_model_dir(), "heldout.txt")));
 }
 
 // Built with -DDI_DEFAULT_MODEL= (no default model) there is nothing to check.

@@ -46,12 +46,7 @@ int cmd_perplexity(int argc, char** argv) {
     if (text_path.empty()) text_path = path_join(dir, "heldout.txt");
     DI_CHECK(file_exists(text_path), "no text to score: ", text_path, " does not exist (pass --text-file)");
     const std::string tok_path = args["tokenizer"].as<std::string>().empty() ? dir : args["tokenizer"].as<std::string>();
-    const Tokenizer tokenizer = Tokenizer::from_file(tok_path);
-    const std::optional<int32_t> bos = tokenizer.bos_id();
-    DI_CHECK(bos.has_value(), "the tokenizer at ", tok_path, " names no BOS token");
-    std::vector<int32_t> ids{*bos};
-    const std::vector<int32_t> body = tokenizer.encode(read_file(text_path));
-    ids.insert(ids.end(), body.begin(), body.end());
+    const std::vector<int32_t> ids = perplexity_ids(Tokenizer::from_file(tok_path), read_file(text_path));
 
     auto backend = create_backend(args["device"].as<std::string>(), args["threads"].as<int>());
     auto model = load_model(dir, *backend);

@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const Gemv
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
                         const uint32_t sb = cur.s[u][r];
-                        const float s = K == kFP8 && p.w.scale_f32 ? __uint_as_float(sb) : e8m0_fast(sb);
+                        const float s = K == kFP8 && p.w.scale_f32 ? __uint_as_float(sb) : e8m0_to_f32(static_cast<uint8_t>(sb));
 #pragma unroll
                         for (int t = 0; t < ROWS; ++t) acc[r][t] = fmaf(d[r][t], s, acc[r][t]);
                     }

@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, 2) expert_linear_kernel(const Stream
 #pragma unroll
                         for (int r = 0; r < 2; ++r) {
                             const uint32_t sb = cur.s[u][r];
-                            const float sc = K == kFP8 && w.scale_f32 ? __uint_as_float(sb) : e8m0_fast(sb);
+                            const float sc = K == kFP8 && w.scale_f32 ? __uint_as_float(sb) : e8m0_to_f32(static_cast<uint8_t>(sb));
 #pragma unroll
                             for (int t = 0; t < kPassRows; ++t) acc[r][t] = fmaf(dd[r][t], sc, acc[r][t]);
                         }

@@ -11,9 +11,9 @@ namespace deepinfer::cuda::chunks {
 enum Kind { kF32, kBF16, kF16, kFP8, kFP4 };
 
 // Weights per 16-byte chunk.
-template <int K>
-constexpr int kElems = K == kF32 ? 4 : (K == kBF16 || K == kF16) ? 8 : K == kFP8 ? 16 : 32;
 constexpr int elems_of(int k) { return k == kF32 ? 4 : (k == kBF16 || k == kF16) ? 8 : k == kFP8 ? 16 : 32; }
+template <int K>
+constexpr int kElems = elems_of(K);
 
 inline int kind_of(const WeightDesc& w) {
     if (w.format == 1) return kFP8;
@@ -72,10 +72,6 @@ __device__ __forceinline__ void decode(const uint4& v, int g, float* out) {
         out[0] = a.x, out[1] = c.x, out[2] = a.y, out[3] = c.y;
         out[4] = b.x, out[5] = d.x, out[6] = b.y, out[7] = d.y;
     }
-}
-
-__device__ __forceinline__ float e8m0_fast(uint32_t e) {
-    return e == 0 ? __uint_as_float(0x00400000u) : e == 255 ? __uint_as_float(0x7fc00000u) : __uint_as_float(e << 23);
 }
 
 }  // namespace deepinfer::cuda::chunks
