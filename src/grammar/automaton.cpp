@@ -518,6 +518,18 @@ Dfa determinize(Nfa& nfa, int64_t& state_budget, const BuildLimits& limits) {
     dfa.start = intern(set);
 
     std::vector<std::pair<int32_t, int32_t>> moves;  // (class or callee, target)
+    // For each key of `moves`, in ascending order: the DFA state of the closure of its targets.
+    auto for_each_key = [&](auto&& emit) {
+        std::sort(moves.begin(), moves.end());
+        for (size_t i = 0; i < moves.size();) {
+            size_t j = i;
+            seeds.clear();
+            while (j < moves.size() && moves[j].first == moves[i].first) seeds.push_back(moves[j++].second);
+            closure(seeds.data(), seeds.size(), set);
+            emit(moves[i].first, intern(set));
+            i = j;
+        }
+    };
     for (int32_t d = 0; d < static_cast<int32_t>(hashes.size()); ++d) {
         if ((d & 255) == 0) check_deadline(limits);
         moves.clear();
@@ -531,32 +543,14 @@ Dfa determinize(Nfa& nfa, int64_t& state_budget, const BuildLimits& limits) {
             }
         }
         dfa.accept[d] = accept;
-        std::sort(moves.begin(), moves.end());
-        for (size_t i = 0; i < moves.size();) {
-            size_t j = i;
-            seeds.clear();
-            while (j < moves.size() && moves[j].first == moves[i].first) seeds.push_back(moves[j++].second);
-            closure(seeds.data(), seeds.size(), set);
-            int32_t id = intern(set);
-            dfa.next[static_cast<size_t>(d) * nc + moves[i].first] = id;
-            i = j;
-        }
+        for_each_key([&](int32_t cls, int32_t id) { dfa.next[static_cast<size_t>(d) * nc + cls] = id; });
         moves.clear();
         for (int64_t k = off[d]; k < off[d + 1]; ++k) {
             int32_t s = pool[k];
             for (int32_t j = nfa.call_off[s]; j < nfa.call_off[s + 1]; ++j)
                 moves.push_back({nfa.calls[j].callee, nfa.calls[j].to});
         }
-        std::sort(moves.begin(), moves.end());
-        for (size_t i = 0; i < moves.size();) {
-            size_t j = i;
-            seeds.clear();
-            while (j < moves.size() && moves[j].first == moves[i].first) seeds.push_back(moves[j++].second);
-            closure(seeds.data(), seeds.size(), set);
-            int32_t id = intern(set);
-            dfa.calls[d].push_back({moves[i].first, id});
-            i = j;
-        }
+        for_each_key([&](int32_t callee, int32_t id) { dfa.calls[d].push_back({callee, id}); });
     }
     dfa.num_states = static_cast<int32_t>(hashes.size());
     return dfa;

@@ -282,13 +282,17 @@ int32_t JsonLexicon::any_string() {
     return g_.ref(string_rule_);
 }
 
-int32_t JsonLexicon::any_number() {
-    Ranges r(g_);
+int32_t JsonLexicon::exponent_opt() {
     CharSet e = CharSet::single('e');
     e.add('E', 'E');
     CharSet sign = CharSet::single('+');
     sign.add('-', '-');
-    int32_t exponent = g_.optional(g_.seq({g_.chars(e), g_.optional(g_.chars(sign)), g_.plus(r.any_digit())}));
+    return g_.optional(g_.seq({g_.chars(e), g_.optional(g_.chars(sign)), g_.plus(Ranges(g_).any_digit())}));
+}
+
+int32_t JsonLexicon::any_number() {
+    Ranges r(g_);
+    const int32_t exponent = exponent_opt();
     return g_.seq({g_.optional(g_.bytes("-")), r.uint_any(), r.frac_opt(), exponent});
 }
 
@@ -590,11 +594,7 @@ int32_t JsonLexicon::number(const NumberConstraints& c, const std::string& path)
     if (!bounded) return any_number();
     // Bounds at zero keep exponent notation (the sign decides); other bounds use plain decimals.
     Ranges r(g_);
-    CharSet e = CharSet::single('e');
-    e.add('E', 'E');
-    CharSet sign = CharSet::single('+');
-    sign.add('-', '-');
-    int32_t exponent = g_.optional(g_.seq({g_.chars(e), g_.optional(g_.chars(sign)), g_.plus(r.any_digit())}));
+    const int32_t exponent = exponent_opt();
     int32_t zero_mant = g_.seq({g_.bytes("0"), g_.optional(g_.seq({g_.bytes("."), g_.plus(g_.bytes("0"))}))});
     int32_t nonzero_mant =
         g_.alt({g_.seq({r.digits('1', '9'), g_.star(r.any_digit()), r.frac_opt()}),

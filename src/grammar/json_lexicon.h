@@ -49,6 +49,7 @@ public:
     int32_t any_string();  // a JSON string (shared rule)
     int32_t any_value();   // any JSON value (recursive rules)
     int32_t any_number();
+    int32_t exponent_opt();  // ([eE][+-]?[0-9]+)?
     int32_t any_integer();
     // A JSON string literal whose decoded value is `utf8` (escaped as json.dumps does).
     int32_t string_literal(std::string_view utf8);

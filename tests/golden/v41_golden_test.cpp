@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "support/checkpoint_edit.h"
+#include "support/greedy_decode.h"
 #include "support/npy_compare.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,7 +35,6 @@ protected:
         ASSERT_NE(v41_, nullptr);
         v41_->set_prefill_truncation({dsv41::PrefillTruncation::Mode::kOff, 140});
         ids_ = load_i32(kDir + "/ids.npy");
-        vocab_ = model_->info().vocab_size;
     }
 
     std::vector<float> prompt_logits(const std::vector<int32_t>& ids, int64_t chunk, int64_t logits_from = 0) {
@@ -55,7 +55,6 @@ protected:
     std::unique_ptr<CausalLM> model_;
     dsv41::DeepseekV41Model* v41_ = nullptr;
     std::vector<int32_t> ids_;
-    int64_t vocab_ = 0;
 };
 
 TEST_F(V41Golden, PrefillMatchesOfficialCode) {
@@ -71,17 +70,7 @@ TEST_F(V41Golden, DecodeMatchesOfficialCodeWithOwnKeys) {
     const std::vector<int32_t> prompt = load_i32(kDir + "/prompt.npy");
     const std::vector<int32_t> ref = load_i32(kDir + "/gen_ownkey.npy");
     const std::vector<float> ref_logits = load_f32(kDir + "/gen_ownkey_logits.npy");
-    auto seq = model_->new_sequence(static_cast<int64_t>(prompt.size() + ref.size()));
-    SequenceInput in{seq.get(), std::span<const int32_t>(prompt), static_cast<int64_t>(prompt.size()) - 1};
-    Tensor logits = model_->forward(std::span<const SequenceInput>(&in, 1));
-    std::vector<int32_t> ours;
-    std::vector<float> step_logits;
-    for (size_t i = 0; i < ref.size(); ++i) {
-        step_logits.insert(step_logits.end(), logits.f32(), logits.f32() + vocab_);
-        ours.push_back(argmax(std::span<const float>(logits.f32(), vocab_)));
-        SequenceInput step{seq.get(), std::span<const int32_t>(&ours.back(), 1), 0};
-        logits = model_->forward(std::span<const SequenceInput>(&step, 1));
-    }
+    const auto [ours, step_logits] = testing_support::greedy_decode(*model_, prompt, ref.size());
     EXPECT_EQ(ours, ref);
     const double err = rel_error(step_logits, ref_logits);
     std::printf("[ v41_tiny_fp8 ] decode-step logits vs official code: %.3g over %zu steps\n", err, ref.size());

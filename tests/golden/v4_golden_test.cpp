@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "sample/sampler.h"
+#include "support/greedy_decode.h"
 #include "support/npy_compare.h"
 
 namespace deepinfer {
@@ -109,17 +110,7 @@ TEST_P(V4Golden, ChunkedPrefillMatchesFullForward) {
 TEST_P(V4Golden, GreedyContinuationMatchesReference) {
     const std::vector<int32_t> ref = load_i32(dir_ + "/gen.npy");
     const std::vector<float> ref_logits = load_f32(dir_ + "/gen_logits.npy");
-    auto seq = model_->new_sequence(static_cast<int64_t>(ids_.size() + ref.size()));
-    SequenceInput in{seq.get(), std::span<const int32_t>(ids_), static_cast<int64_t>(ids_.size()) - 1};
-    Tensor logits = model_->forward(std::span<const SequenceInput>(&in, 1));
-    std::vector<int32_t> ours;
-    std::vector<float> step_logits;
-    for (size_t i = 0; i < ref.size(); ++i) {
-        step_logits.insert(step_logits.end(), logits.f32(), logits.f32() + vocab_);
-        ours.push_back(argmax(std::span<const float>(logits.f32(), vocab_)));
-        SequenceInput step{seq.get(), std::span<const int32_t>(&ours.back(), 1), 0};
-        logits = model_->forward(std::span<const SequenceInput>(&step, 1));
-    }
+    const auto [ours, step_logits] = testing_support::greedy_decode(*model_, ids_, ref.size());
     const size_t prefix = common_prefix(ours, ref);
     std::printf("[ %s ] greedy prefix agreement %zu / %zu\n", GetParam().name, prefix, ref.size());
     EXPECT_GE(static_cast<double>(prefix), gen_prefix(GetParam()) * ref.size());

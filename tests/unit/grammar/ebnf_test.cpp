@@ -12,10 +12,7 @@ namespace {
 
 using testing::matches;
 
-GrammarCompiler& compiler() {
-    static GrammarCompiler c(testing::small_vocab());
-    return c;
-}
+GrammarCompiler& compiler() { return testing::small_compiler(); }
 
 struct EbnfCase {
     std::string grammar;

@@ -11,10 +11,7 @@ namespace {
 
 using testing::matches;
 
-GrammarCompiler& compiler() {
-    static GrammarCompiler c(testing::small_vocab());
-    return c;
-}
+GrammarCompiler& compiler() { return testing::small_compiler(); }
 
 struct SchemaCase {
     std::string name;

@@ -17,10 +17,7 @@ using testing::brute_force_tokens;
 using testing::mask_tokens;
 using testing::small_vocab;
 
-GrammarCompiler& compiler() {
-    static GrammarCompiler c(small_vocab());
-    return c;
-}
+GrammarCompiler& compiler() { return testing::small_compiler(); }
 
 // Walks `text` token by token (greedy tokenization); at every step the mask must equal brute force.
 void check_walk(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {

@@ -13,10 +13,7 @@ namespace {
 using testing::matches;
 using testing::pcre2_full_match;
 
-GrammarCompiler& compiler() {
-    static GrammarCompiler c(testing::small_vocab());
-    return c;
-}
+GrammarCompiler& compiler() { return testing::small_compiler(); }
 
 struct RegexCase {
     std::string pattern;

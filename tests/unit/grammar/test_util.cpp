@@ -18,6 +18,11 @@
 
 namespace deepinfer::grammar::testing {
 
+GrammarCompiler& small_compiler() {
+    static GrammarCompiler c(small_vocab());
+    return c;
+}
+
 std::shared_ptr<const Vocabulary> small_vocab() {
     static std::shared_ptr<const Vocabulary> v = [] {
         std::vector<std::string> toks;

@@ -18,6 +18,8 @@ namespace deepinfer::grammar::testing {
 // A synthetic vocabulary: the 256 single bytes, common JSON/word pieces, partial UTF-8, and EOS
 // (the last id). Small enough for brute-force checks.
 std::shared_ptr<const Vocabulary> small_vocab();
+// One compiler over small_vocab(), shared by the tests (compiled grammars are immutable).
+GrammarCompiler& small_compiler();
 
 // The DeepSeek-V4 tokenizer and its vocabulary (tests/data/tokenizer/deepseek_v4), padded to the
 // model's 129,280 ids.
