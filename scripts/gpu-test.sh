@@ -4,8 +4,11 @@
 # --bin: a folder holding deepinfer, cuda_ops_tests, v4_golden_tests and step_bench (default: the newest
 #   build folder with CUDA, searched for them); libraries they need may sit in DIR/lib or DIR/../lib.
 # --out: where logs and results go (default: gpu-results/). The test data comes from tests/data.
-# Runs: the CUDA op tests (each op against the CPU op), the V4 golden fixtures on the GPU, compute-sanitizer
-# memcheck on the golden full forward and greedy run, generation through the engine on the GPU, then
+# Runs: the CUDA op tests (each op against the CPU op), the V4 golden fixtures on the GPU (with the tensor-core
+# GEMM at the bf16 bound, then with DEEPINFER_CUDA_GEMM=tiled at the fp32 bounds), compute-sanitizer
+# memcheck on the golden full forward and greedy run (and memcheck, racecheck and synccheck on the newer op
+# tests), the golden fixtures in batch-invariant mode, the default model's perplexity on the GPU, the kernel
+# micro-benchmarks found beside deepinfer, generation through the engine on the GPU, then
 # bench/model_step: the card's bandwidth and matrix rate and transformers eager (hf_step_bench.py, when
 # torch and transformers are installed), and step_bench on the same config with --load-format random.
 set -uo pipefail
@@ -59,19 +62,47 @@ step() {  # name, command...: runs it with its output in $out/<name>.log and a o
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 step cuda_ops "$bin_cuda_ops_tests"
 step golden_cuda env DEEPINFER_TEST_DEVICE=cuda "$bin_v4_golden_tests"
-grep -h "tests ran\|PASSED\|FAILED" "$out/cuda_ops.log" "$out/golden_cuda.log" | sed 's/^/      /'
+step golden_cuda_tiled env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_GEMM=tiled "$bin_v4_golden_tests"
+grep -h "tests ran\|PASSED\|FAILED" "$out/cuda_ops.log" "$out/golden_cuda.log" "$out/golden_cuda_tiled.log" |
+    sed 's/^/      /'
 if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck env DEEPINFER_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --error-exitcode 1 \
         "$bin_v4_golden_tests" --gtest_filter='*FullForward*:*Greedy*'
     grep -h "ERROR SUMMARY" "$out/memcheck.log" | sed 's/^/      /'
+    # The newer kernels (selection, attention tiles and clusters, tensor-core GEMM, MoE) under every tool.
+    newer='CudaSelect*:CudaArgmax*:CudaAttention*:CudaGemmTc*:CudaMoe*'
+    for tool in memcheck racecheck synccheck; do
+        step "ops_$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin_cuda_ops_tests" \
+            --gtest_filter="$newer"
+        grep -h "ERROR SUMMARY" "$out/ops_$tool.log" | sed 's/^/      /'
+    done
 fi
-# Greedy generation through the engine (paged state, async scheduling) gives the same ids on both devices.
+step golden_cuda_batch_invariant env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_BATCH_INVARIANT=1 "$bin_v4_golden_tests"
+# The default model's held-out perplexity on the GPU (the CPU and the reference give 7.4934 / 7.4935).
+# Bound: 0.5% (the tensor-core GEMM rounds activations to bf16; run 5 measured -0.01%).
+json_number() {  # file, key -> the number after "key":
+    sed -n "s/.*\"$2\": *\([-0-9.eE+]*\).*/\1/p" "$1" | head -1
+}
+step perplexity_cuda "$bin_deepinfer" perplexity --device cuda --json "$out/perplexity_cuda.json"
+grep -h "^perplexity" "$out/perplexity_cuda.log" | sed 's/^/      /'
+reference="$(json_number models/deepinfer-tiny-v4/reference.json perplexity_shipped_reference)"
+step perplexity_vs_reference awk -v a="$(json_number "$out/perplexity_cuda.json" perplexity)" -v r="$reference" \
+    'BEGIN { d = (a - r) / r; printf "GPU %s vs reference %s: %+.3f%% (bound 0.5%%)\n", a, r, 100 * d;
+             exit !(a != "" && d < 0.005 && d > -0.005) }'
+sed 's/^/      /' "$out/perplexity_vs_reference.log"
+# Kernel micro-benchmarks, when built (bench/gemv, bench/attention, bench/gemm).
+for micro in gemv_bench attention_bench gemm_bench; do
+    path="$(dirname "$bin_deepinfer")/$micro"
+    [ -x "$path" ] && step "$micro" "$path"
+done
+# Greedy generation through the engine (paged state, async scheduling) gives the same ids on both devices
+# (on the fp32 GEMM: bf16 tensor cores need not keep every greedy id).
 generate() {  # device
     "$bin_deepinfer" generate --model tests/data/v4/v4_tiny_c --ids-npy tests/data/v4/v4_tiny_c/ids.npy \
         --max-tokens 48 --temperature 0 --ignore-eos --quiet --device "$1" --out "$out/generate_$1.npy"
 }
 step generate_cuda bash -c "$(declare -f generate); out=$out bin_deepinfer=$bin_deepinfer; generate cpu && \
-    generate cuda && cmp $out/generate_cpu.npy $out/generate_cuda.npy"
+    DEEPINFER_CUDA_GEMM=tiled generate cuda && cmp $out/generate_cpu.npy $out/generate_cuda.npy"
 
 if [ $bench = 1 ]; then
     bw=4300 tf=790

@@ -75,9 +75,9 @@ struct Floors {
             const dsv4::LayerWeights& L = w.layers[l];
             double b = 0, m = 0;
             dense_layer(L, &b, &m);
-            const double E = static_cast<double>(L.moe.experts.size()), k = c.experts_per_token;
+            const double E = static_cast<double>(L.moe.w1.size()), k = c.experts_per_token;
             const double touched = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
-            total += b + touched * bytes_of(L.moe.experts.front());
+            total += b + touched * bytes_of(L.moe.expert(0));
             // KV at bf16: window rows, then the entries attention or the indexer reads.
             double kv = static_cast<double>(std::min<int64_t>(ctx, c.window)) * c.head_dim;
             if (c.attn[l] != dsv4::AttnKind::kSliding) {
@@ -100,7 +100,7 @@ struct Floors {
             const dsv4::LayerWeights& L = w.layers[l];
             double b = 0, m = 0;
             dense_layer(L, &b, &m);
-            double per_seq = static_cast<double>(len) * (m + c.experts_per_token * macs_of(L.moe.experts.front()));
+            double per_seq = static_cast<double>(len) * (m + c.experts_per_token * macs_of(L.moe.expert(0)));
             // Attention (scores and values) and the indexer's scoring, position by position.
             for (int64_t p = 0; p < len; ++p) {
                 double keys = static_cast<double>(std::min<int64_t>(p + 1, c.window));

@@ -32,7 +32,7 @@ double layer_macs(const dsv41::DeepseekV41Config& c, const dsv41::LayerWeights& 
     auto mk = [](const LinearWeight& w) { return w.empty() ? 0.0 : static_cast<double>(w.rows) * w.cols; };
     double macs = mk(L.wq_a) + mk(L.wq_b) + mk(L.wkv) + mk(L.wo_a) / c.o_groups + mk(L.wo_b) + mk(L.compressor_wkv) +
                   mk(L.compressor_wgate) + mk(L.index_wq_b) + mk(L.index_weights_proj);
-    const ExpertWeights& e = L.moe.experts.front();
+    const ExpertWeights e = L.moe.expert(0);
     macs += c.moe.experts_per_token * (mk(e.w1) + mk(e.w2) + mk(e.w3));
     macs += mk(L.moe.shared.w1) + mk(L.moe.shared.w2) + mk(L.moe.shared.w3) + mk(L.moe.gate);
     if (L.has_engram) macs += mk(L.engram.wkv);

@@ -33,6 +33,21 @@ enum class QuantSim {
     kFp4Ue8m0,  // e2m1 codes, power-of-two scale 2^ceil(log2(amax / 6)), amax >= 6 * 2^-126
 };
 
+// How a mixture-of-experts router turns logits into per-token scores.
+enum class ScoringFunc { kSqrtSoftplus, kSoftmax, kSigmoid };
+
+// Routing of a DeepSeek MoE layer (see Backend::moe_route). Arrays live in the backend's memory.
+struct MoeRouting {
+    ScoringFunc scoring = ScoringFunc::kSqrtSoftplus;
+    float gate_temp = 1.0f;             // logits are divided by it before scoring (unless it is 1)
+    const float* bias = nullptr;        // [E] f32 selection bias (score routing); null: zeros
+    const int32_t* tid2eid = nullptr;   // [vocab, k] expert ids (hash routing); null: score routing
+    const int32_t* tokens = nullptr;    // [T] token ids (hash routing)
+    int64_t vocab = 0;                  // rows of tid2eid
+    int k = 0;                          // experts per token
+    float routed_scaling = 1.0f;
+};
+
 // Every tensor and array an op reads or writes lives in the backend's memory (alloc(), or weights the
 // backend was given); on host backends (is_host()) that is plain host memory. Ops run in issue order;
 // download() and synchronize() wait for them.
@@ -97,6 +112,15 @@ public:
     // q [T, Hi, c], keys [E, c], weights [T, Hi].
     virtual void indexer_scores(TensorView scores, TensorView q, TensorView keys, TensorView weights,
                                 float scale) = 0;
+    // The indexer's top-k: for each row t of scores [T, E], the min(k, limits[t]) entries of [0, limits[t])
+    // with the highest scores (at equal scores the lower index wins), written in ascending index order as
+    // base + entry to dst[starts[t] ...]. dst: I32 array; starts, limits: [T] I32. NaN scores rank as -inf.
+    virtual void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
+                                int32_t base) = 0;
+    // Greedy token selection: ids[r] = the index of the largest logit of row r of logits [R, V], the lowest
+    // index on ties, NaN entries ignored; -1 when the row's first logit is NaN or no logit exceeds -inf (the
+    // host sampler's error cases). ids: [R] I32.
+    virtual void argmax_rows(TensorView ids, TensorView logits) = 0;
     // out [R, I] = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0 disables the clamp.
     virtual void swiglu(TensorView out, TensorView gate, TensorView up, float limit) = 0;
     // Row movement through device addresses (`rows`: [R] I64, each the address of a row of C floats in this
@@ -111,6 +135,19 @@ public:
     virtual void scale(TensorView x, float s) = 0;
     // out [T, D] = shared [T, D] + sum_k weights[t * K + k] * routed[t * K + k], k ascending.
     virtual void moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) = 0;
+    // MoE routing of every row of logits [T, E]: scores s = score(logits / gate_temp) (softmax over the row,
+    // sigmoid, or sqrt(softplus)); the row's k experts are tid2eid[tokens[t]] (hash routing) or the top k of
+    // s + bias, ties to the lower expert id; weights = s[e] / (sum of the k selected s + 1e-20) *
+    // routed_scaling, the sum taken in selection order. Each row's k slots are then sorted by ascending
+    // expert id (the order moe_combine sums them in). experts [T, k] I32, weights [T, k] f32.
+    virtual void moe_route(TensorView experts, TensorView weights, TensorView logits, const MoeRouting& r) = 0;
+    // Routed expert products: out [R, N] row r = x row (r / rows_per_input) . W_e^T with e = expert_of_row[r]
+    // ([R] I32) and W_e = experts[e] ([N, Kin], every expert in the same format); x [R / rows_per_input, Kin].
+    // With rows_per_input = k, slot (t, j) of a routing reads token row t; with 1, each row its own input.
+    // Meant for few rows (decode); in batch-invariant mode a row's result does not depend on the other rows.
+    // An id outside [0, experts.size()) is an error (CPU) or gives a NaN row (CUDA).
+    virtual void expert_linear(TensorView out, TensorView x, TensorView expert_of_row,
+                               const std::vector<LinearWeight>& experts, int rows_per_input) = 0;
     // Quantize-dequantize in place over blocks of `block` consecutive elements of the last dim, as the
     // model's quantization-aware training saw its activations (see QuantSim).
     virtual void fake_quantize(TensorView x, QuantSim kind, int block) = 0;

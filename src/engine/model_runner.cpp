@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <span>
+#include <string>
 
 #include "backend/backend.h"
 #include "core/thread_pool.h"
@@ -27,8 +28,15 @@ void ModelRunner::execute(StepBatch& batch) {
             inputs.push_back({it.seq, std::span<const int32_t>(it.tokens), it.samples ? n - 1 : n});
             if (it.samples) sampling.push_back(i);
         }
-        Tensor logits = model_.forward(inputs);  // [sampling rows, vocab] f32
         const int64_t vocab = model_.info().vocab_size;
+        if (!sampling.empty() && std::all_of(sampling.begin(), sampling.end(), [&](size_t i) {
+                return plain_greedy(*batch.items[i].sampler);
+            })) {
+            select_greedy_on_backend(inputs, sampling, batch);
+            batch.compute_end = now();
+            return;
+        }
+        Tensor logits = model_.forward(inputs);  // [sampling rows, vocab] f32
         // Rows are independent: each touches only its own request's sampler state.
         backend_.pool().parallel_for(static_cast<int64_t>(sampling.size()), 1, [&](int64_t b, int64_t e) {
             for (int64_t r = b; r < e; ++r) {
@@ -40,6 +48,43 @@ void ModelRunner::execute(StepBatch& batch) {
         batch.error = e.what();
     }
     batch.compute_end = now();
+}
+
+bool ModelRunner::plain_greedy(const SamplerState& s) {
+    return s.options.temperature == 0.0f && !s.penalties.active() && s.num_sampled >= s.min_tokens && !s.matcher &&
+           s.logprobs < 0;
+}
+
+// Every sampling row is plain greedy: the argmax runs where the logits are and only [R] ids come back. A row
+// the device cannot decide (-1: NaN or fully masked logits) takes the host path, which reports the error.
+void ModelRunner::select_greedy_on_backend(std::span<const SequenceInput> inputs, const std::vector<size_t>& sampling,
+                                           StepBatch& batch) {
+    Tensor logits = model_.forward_on_backend(inputs);  // [sampling rows, vocab] f32, backend memory
+    const auto rows = static_cast<int64_t>(sampling.size());
+    Tensor ids_d = backend_.alloc(DType::kI32, Shape{rows});
+    backend_.argmax_rows(ids_d, logits);
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    backend_.download(ids.data(), ids_d);
+    const int64_t vocab = model_.info().vocab_size;
+    for (int64_t r = 0; r < rows; ++r) {
+        const StepItem& item = batch.items[sampling[r]];
+        SampleResult& out = batch.results[sampling[r]];
+        if (ids[r] >= vocab) {
+            out.error = "the device's greedy selection returned token " + std::to_string(ids[r]) +
+                        " outside the vocabulary of " + std::to_string(vocab);
+            continue;
+        }
+        if (ids[r] < 0) {
+            std::vector<float> row(static_cast<size_t>(vocab));
+            backend_.download(row.data(), logits.view().slice_rows(r, r + 1));
+            sample_row(row.data(), item, out);
+            continue;
+        }
+        SamplerState& s = *item.sampler;
+        s.history.add_output(ids[r]);
+        ++s.num_sampled;
+        out.token = ids[r];
+    }
 }
 
 void ModelRunner::sample_row(float* row, const StepItem& item, SampleResult& out) {

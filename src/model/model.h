@@ -112,6 +112,8 @@ public:
     // order. Sequences must be distinct; bad token ids or capacity overflows throw Error before any state
     // is modified.
     virtual Tensor forward(std::span<const SequenceInput> batch) = 0;
+    // The same step, with the logits left in the backend's memory (for selecting tokens on the device).
+    virtual Tensor forward_on_backend(std::span<const SequenceInput> batch) = 0;
 };
 
 struct LoadOptions {

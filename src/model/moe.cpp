@@ -1,12 +1,8 @@
 #include "model/moe.h"
 
-#include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <numeric>
+#include <vector>
 
 #include "backend/backend.h"
-#include "core/thread_pool.h"
 #include "model/safetensors.h"
 #include "model/step_arrays.h"
 #include "model/weight_loader.h"
@@ -14,15 +10,6 @@
 namespace deepinfer {
 
 namespace {
-
-float score_fn(ScoringFunc f, float x) {
-    switch (f) {
-        case ScoringFunc::kSqrtSoftplus: return std::sqrt(x > 20.0f ? x : std::log1p(std::exp(x)));  // torch softplus
-        case ScoringFunc::kSigmoid: return 1.0f / (1.0f + std::exp(-x));
-        case ScoringFunc::kSoftmax: return x;  // normalised over the row by the caller
-    }
-    return x;
-}
 
 ExpertWeights load_expert(WeightLoader& w, const std::string& prefix, int inter, int64_t dim) {
     ExpertWeights e;
@@ -48,8 +35,12 @@ MoeWeights load_moe(WeightLoader& w, const std::string& prefix, const MoeParams&
         m.bias = w.has(prefix + "gate.bias") ? w.f32(prefix + "gate.bias", Shape{p.num_experts})
                                              : Tensor::f32(Shape{p.num_experts});
     }
-    for (int e = 0; e < p.num_experts; ++e)
-        m.experts.push_back(load_expert(w, prefix + "experts." + std::to_string(e) + ".", p.moe_inter, hidden));
+    for (int e = 0; e < p.num_experts; ++e) {
+        const ExpertWeights x = load_expert(w, prefix + "experts." + std::to_string(e) + ".", p.moe_inter, hidden);
+        m.w1.push_back(x.w1);
+        m.w2.push_back(x.w2);
+        m.w3.push_back(x.w3);
+    }
     // The shared expert's width: transformers uses moe_intermediate_size, DeepSeek's code scales it by
     // n_shared_experts. Take whichever the checkpoint holds.
     m.shared_inter = p.moe_inter;
@@ -60,85 +51,71 @@ MoeWeights load_moe(WeightLoader& w, const std::string& prefix, const MoeParams&
     return m;
 }
 
-void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorView xn, const int32_t* tokens,
+void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorView xn, TensorView tokens,
                  TensorView out) {
     const int64_t T = xn.dim(0), D = xn.dim(1), E = p.num_experts, K = p.experts_per_token;
     if (T == 0) return;
-    StepArrays arrays(be);
+    const bool host = be.is_host(), hash = !w.tid2eid.empty();
 
-    // Routing on the host from the router's logits: experts from tid2eid (hash) or the top-k of scores + bias.
+    // Routing from the router's logits: experts [T, K] from tid2eid (hash) or the top-k of scores + bias, with
+    // their weights, each row's slots in ascending expert order.
     Tensor router = be.alloc(DType::kF32, Shape{T, E});
     be.linear(router, xn, w.gate);
-    const Tensor logits = to_host(be, router);
-    std::vector<int32_t> expert(T * K);
-    std::vector<float> weight(T * K);
-    const bool hash = !w.tid2eid.empty();
-    be.pool().parallel_for(T, 16, [&](int64_t b, int64_t e) {
-        std::vector<float> s(E);
-        std::vector<int32_t> order(E);
-        for (int64_t r = b; r < e; ++r) {
-            const float* lg = logits.f32() + r * E;
-            for (int64_t i = 0; i < E; ++i) s[i] = score_fn(p.scoring, p.gate_temp == 1.0f ? lg[i] : lg[i] / p.gate_temp);
-            if (p.scoring == ScoringFunc::kSoftmax) {
-                const float mx = *std::max_element(s.begin(), s.end());
-                float sum = 0;
-                for (float& v : s) sum += (v = std::exp(v - mx));
-                for (float& v : s) v /= sum;
-            }
-            int32_t* sel = expert.data() + r * K;
-            if (hash) {
-                std::memcpy(sel, w.tid2eid.data() + static_cast<int64_t>(tokens[r]) * K, K * 4);
-            } else {
-                const float* bias = w.bias.f32();
-                std::iota(order.begin(), order.end(), 0);
-                std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t bb) {
-                    const float va = s[a] + bias[a], vb = s[bb] + bias[bb];
-                    return va > vb || (va == vb && a < bb);
-                });
-                std::memcpy(sel, order.data(), K * 4);
-            }
-            float sum = 0;
-            for (int64_t k = 0; k < K; ++k) sum += s[sel[k]];
-            for (int64_t k = 0; k < K; ++k)
-                weight[r * K + k] = s[sel[k]] / (sum + 1e-20f) * static_cast<float>(p.routed_scaling);
-            // Each row's slots in ascending expert order: that is the order the combine sums them in.
-            std::vector<int32_t> idx(K);
-            std::iota(idx.begin(), idx.end(), 0);
-            std::sort(idx.begin(), idx.end(), [&](int32_t a, int32_t bb) { return sel[a] < sel[bb]; });
-            std::vector<int32_t> es(K);
-            std::vector<float> ws(K);
-            for (int64_t k = 0; k < K; ++k) {
-                es[k] = sel[idx[k]];
-                ws[k] = weight[r * K + idx[k]];
-            }
-            std::copy(es.begin(), es.end(), sel);
-            std::copy(ws.begin(), ws.end(), weight.begin() + r * K);
-        }
-    });
+    MoeRouting r;
+    r.scoring = p.scoring;
+    r.gate_temp = p.gate_temp;
+    r.k = static_cast<int>(K);
+    r.routed_scaling = static_cast<float>(p.routed_scaling);
+    if (hash) {
+        DI_ICHECK(host || !w.tid2eid_d.view().empty(), "moe_forward: tid2eid is not in the backend's memory");
+        r.tid2eid = host ? w.tid2eid.data() : w.tid2eid_d.as<const int32_t>();
+        r.tokens = tokens.as<const int32_t>();
+        r.vocab = static_cast<int64_t>(w.tid2eid.size()) / K;
+    } else {
+        DI_ICHECK(host || !w.bias_d.view().empty(), "moe_forward: the router bias is not in the backend's memory");
+        r.bias = host ? w.bias.f32() : w.bias_d.f32();
+    }
+    Tensor expert = be.alloc(DType::kI32, Shape{T, K}), weight = be.alloc(DType::kF32, Shape{T, K});
+    be.moe_route(expert, weight, router, r);
 
-    // Routed experts: each expert runs once over the rows routed to it; its outputs land in the rows'
-    // slots of `routed` [T * K, D].
+    // Routed experts: their outputs land in the rows' slots of `routed` [T * K, D].
     Tensor routed = be.alloc(DType::kF32, Shape{T * K, D});
-    std::vector<std::vector<int64_t>> slots_of(E);  // (row * K + slot) entries per expert
-    for (int64_t i = 0; i < T * K; ++i) slots_of[expert[i]].push_back(i);
-    for (int64_t e = 0; e < E; ++e) {
-        const std::vector<int64_t>& slots = slots_of[e];
-        if (slots.empty()) continue;
-        const int64_t ne = static_cast<int64_t>(slots.size());
-        std::vector<float*> in_rows(ne), out_rows(ne);
-        for (int64_t i = 0; i < ne; ++i) {
-            in_rows[i] = xn.f32() + (slots[i] / K) * D;
-            out_rows[i] = routed.f32() + slots[i] * D;
-        }
-        const ExpertWeights& ew = w.experts[e];
-        Tensor xe = be.alloc(DType::kF32, Shape{ne, D}), g = be.alloc(DType::kF32, Shape{ne, p.moe_inter}),
-               u = be.alloc(DType::kF32, Shape{ne, p.moe_inter}), ye = be.alloc(DType::kF32, Shape{ne, D});
-        be.gather_rows(xe, arrays.rows(in_rows));
-        be.linear(g, xe, ew.w1);
-        be.linear(u, xe, ew.w3);
+    StepArrays arrays(be);
+    if (host || (!be.batch_invariant() && T * K <= kMoeDeviceSlots)) {
+        // Slot (t, k) reads token row t; no host synchronisation.
+        const TensorView slots = expert.view().reshape(Shape{T * K});
+        Tensor g = be.alloc(DType::kF32, Shape{T * K, p.moe_inter}), u = be.alloc(DType::kF32, Shape{T * K, p.moe_inter});
+        be.expert_linear(g, xn, slots, w.w1, static_cast<int>(K));
+        be.expert_linear(u, xn, slots, w.w3, static_cast<int>(K));
         be.swiglu(g, g, u, p.swiglu_limit);
-        be.linear(ye, g, ew.w2);
-        be.scatter_rows(arrays.rows(out_rows), ye);
+        be.expert_linear(routed, g, slots, w.w2, 1);
+    } else {
+        // Many slots: each touched expert runs once over the rows routed to it (the expert ids come to the host).
+        const Tensor ids = to_host(be, expert);
+        std::vector<std::vector<int64_t>> slots_of(E);  // (row * K + slot) entries per expert
+        for (int64_t i = 0; i < T * K; ++i) {
+            const int32_t e = ids.as<int32_t>()[i];
+            DI_ICHECK(e >= 0 && e < E, "moe_forward: routed to expert ", e, " of ", E);
+            slots_of[e].push_back(i);
+        }
+        for (int64_t e = 0; e < E; ++e) {
+            const std::vector<int64_t>& slots = slots_of[e];
+            if (slots.empty()) continue;
+            const int64_t ne = static_cast<int64_t>(slots.size());
+            std::vector<float*> in_rows(ne), out_rows(ne);
+            for (int64_t i = 0; i < ne; ++i) {
+                in_rows[i] = xn.f32() + (slots[i] / K) * D;
+                out_rows[i] = routed.f32() + slots[i] * D;
+            }
+            Tensor xe = be.alloc(DType::kF32, Shape{ne, D}), g = be.alloc(DType::kF32, Shape{ne, p.moe_inter}),
+                   u = be.alloc(DType::kF32, Shape{ne, p.moe_inter}), ye = be.alloc(DType::kF32, Shape{ne, D});
+            be.gather_rows(xe, arrays.rows(in_rows));
+            be.linear(g, xe, w.w1[e]);
+            be.linear(u, xe, w.w3[e]);
+            be.swiglu(g, g, u, p.swiglu_limit);
+            be.linear(ye, g, w.w2[e]);
+            be.scatter_rows(arrays.rows(out_rows), ye);
+        }
     }
 
     // Shared expert over every row, then the weighted routed outputs.
@@ -148,13 +125,19 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     be.swiglu(g, g, u, p.swiglu_limit);
     Tensor shared = be.alloc(DType::kF32, Shape{T, D});
     be.linear(shared, g, w.shared.w2);
-    be.moe_combine(out, routed, arrays.f32(weight), shared);
+    be.moe_combine(out, routed, weight, shared);
 }
 
 void moe_to_backend(Backend& be, MoeWeights& w, std::vector<Tensor>* storage) {
     w.gate = to_backend(be, w.gate, storage);
-    for (ExpertWeights& e : w.experts)
-        for (LinearWeight* lw : {&e.w1, &e.w2, &e.w3}) *lw = to_backend(be, *lw, storage);
+    for (std::vector<LinearWeight>* ws : {&w.w1, &w.w2, &w.w3})
+        for (LinearWeight& lw : *ws) lw = to_backend(be, lw, storage);
+    if (!be.is_host()) {
+        if (!w.tid2eid.empty())
+            w.tid2eid_d = to_backend(be, TensorView(w.tid2eid.data(), DType::kI32,
+                                                    Shape{static_cast<int64_t>(w.tid2eid.size())}));
+        if (!w.bias.view().empty()) w.bias_d = to_backend(be, w.bias);
+    }
     for (LinearWeight* lw : {&w.shared.w1, &w.shared.w2, &w.shared.w3}) *lw = to_backend(be, *lw, storage);
 }
 

@@ -6,15 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 #include "core/weight.h"
 
 namespace deepinfer {
 
-class Backend;
 class WeightLoader;
-
-enum class ScoringFunc { kSqrtSoftplus, kSoftmax, kSigmoid };
 
 struct ExpertWeights {
     LinearWeight w1, w2, w3;  // gate [I, D], down [D, I], up [I, D]
@@ -22,11 +20,14 @@ struct ExpertWeights {
 
 struct MoeWeights {
     LinearWeight gate;             // [E, D] router
-    Tensor bias;                   // [E] f32 selection bias (score routing; zeros when absent)
-    std::vector<int32_t> tid2eid;  // [V * k] expert ids (hash routing), else empty
-    std::vector<ExpertWeights> experts;
+    Tensor bias;                   // [E] f32 selection bias (score routing; zeros when absent), host
+    std::vector<int32_t> tid2eid;  // [V * k] expert ids (hash routing), else empty; host
+    Tensor bias_d, tid2eid_d;      // their copies in a device backend's memory (moe_to_backend)
+    std::vector<LinearWeight> w1, w2, w3;  // routed experts [E] each: gate [I, D], down [D, I], up [I, D]
     ExpertWeights shared;
     int shared_inter = 0;
+
+    ExpertWeights expert(size_t e) const { return {w1[e], w2[e], w3[e]}; }
 };
 
 struct MoeParams {
@@ -45,14 +46,19 @@ struct MoeParams {
 MoeWeights load_moe(WeightLoader& w, const std::string& prefix, const MoeParams& p, int64_t hidden,
                     bool hash_routing, int64_t vocab);
 
-// out [T, D] = sum_k weight_k * expert_k(xn) + shared(xn), in backend memory; tokens [T] (host) are the token
-// ids for hash routing. Each row's routed outputs are summed in ascending expert order, independent of the
-// batch. Routing runs on the host from the downloaded router logits.
-void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorView xn, const int32_t* tokens,
+// Routed slots (tokens x experts per token) up to which a device backend runs the routed experts straight
+// from the device-side routing (expert_linear, no host synchronisation); above it, and in batch-invariant
+// mode, it downloads the [T, k] expert ids and runs each touched expert once over its rows. Host backends
+// always take the first path (it computes the same products as the second there).
+constexpr int64_t kMoeDeviceSlots = 64;
+
+// out [T, D] = sum_k weight_k * expert_k(xn) + shared(xn), in backend memory; tokens [T] I32 (backend memory)
+// are the token ids for hash routing. Each row's routed outputs are summed in ascending expert order,
+// independent of the batch. Routing runs in the backend (moe_route).
+void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorView xn, TensorView tokens,
                  TensorView out);
 
-// Moves the matrices into the backend's memory (the router's bias and tid2eid stay on the host, where
-// routing runs).
+// Moves the matrices, the router's bias and tid2eid into the backend's memory.
 void moe_to_backend(Backend& be, MoeWeights& w, std::vector<Tensor>* storage);
 
 }  // namespace deepinfer

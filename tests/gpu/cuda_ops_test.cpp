@@ -14,122 +14,26 @@
 #include "core/dtype.h"
 #include "core/weight.h"
 #include "support/npy_compare.h"
+#include "cuda_test_support.h"
 
 namespace deepinfer {
 namespace {
 
+using testing_support::HostWeight;
+using testing_support::make_weight;
 using testing_support::rel_error;
 
 constexpr double kBound = 1e-5;
 
-class CudaOps : public ::testing::Test {
+// This file checks the exact fp32 paths: products of more than 8 rows on the tiled kernel
+// (cuda_gemm_tc_test.cpp covers the tensor-core one at the bf16 bound).
+class CudaOps : public testing_support::CudaCompare {
+public:
+    CudaOps() : CudaCompare("tiled") {}
+
 protected:
-    void SetUp() override {
-        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-        cpu_ = create_backend("cpu", 2);
-        gpu_ = create_backend("cuda", 2);
-        const unsigned seed = std::random_device{}();
-        std::printf("seed %u\n", seed);
-        rng_.seed(seed);
-    }
-
-    std::vector<float> randn(int64_t n, float std = 1.0f) {
-        std::normal_distribution<float> d(0.0f, std);
-        std::vector<float> v(n);
-        for (float& x : v) x = d(rng_);
-        return v;
-    }
-    Tensor host(const std::vector<float>& v, Shape s) {
-        Tensor t(DType::kF32, s);
-        std::memcpy(t.f32(), v.data(), v.size() * 4);
-        return t;
-    }
-    Tensor device(TensorView h) { return to_backend(*gpu_, h); }
-    // A device tensor of the shape, filled with NaN.
-    Tensor poisoned(Shape s) {
-        std::vector<float> nan(s.numel(), std::numeric_limits<float>::quiet_NaN());
-        Tensor t = gpu_->alloc(DType::kF32, s);
-        gpu_->upload(t, nan.data());
-        return t;
-    }
-    std::vector<float> fetch(const Tensor& t) {
-        std::vector<float> v(t.numel());
-        gpu_->download(v.data(), t);
-        return v;
-    }
-    static std::vector<float> values(const Tensor& t) { return std::vector<float>(t.f32(), t.f32() + t.numel()); }
-
-    std::unique_ptr<Backend> cpu_, gpu_;
     void check_linear(int format, int64_t t, int64_t n, int64_t k);
-
-    std::mt19937 rng_;
-    std::vector<Tensor> storage_;
 };
-
-// Weights of every stored format, [n, k]: 0 F32, 1 BF16, 2 FP8 (32x32 E8M0 scales), 3 FP8 (128x128 F32),
-// 4 FP4 (E8M0 per 32), 5 F16, 6 FP8 (128x128 E8M0).
-struct HostWeight {
-    LinearWeight w;
-    std::vector<uint8_t> data, scale;
-};
-
-HostWeight make_weight(std::mt19937& rng, int format, int64_t n, int64_t k) {
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    HostWeight h;
-    h.w.rows = n;
-    h.w.cols = k;
-    h.w.name = "test";
-    if (format == 0 || format == 1) {  // F32, BF16
-        h.data.resize(n * k * (format == 0 ? 4 : 2));
-        for (int64_t i = 0; i < n * k; ++i) {
-            const float v = d(rng);
-            if (format == 0) std::memcpy(h.data.data() + 4 * i, &v, 4);
-            else {
-                const uint16_t b = f32_to_bf16(v);
-                std::memcpy(h.data.data() + 2 * i, &b, 2);
-            }
-        }
-        h.w.data = TensorView(h.data.data(), format == 0 ? DType::kF32 : DType::kBF16, Shape{n, k});
-    } else if (format == 5) {  // F16: random sign and mantissa, exponents 2^-6 .. 2^5
-        h.data.resize(n * k * 2);
-        for (int64_t i = 0; i < n * k; ++i) {
-            const uint16_t b = static_cast<uint16_t>((rng() & 0x83ffu) | ((9 + rng() % 12) << 10));
-            std::memcpy(h.data.data() + 2 * i, &b, 2);
-        }
-        h.w.data = TensorView(h.data.data(), DType::kF16, Shape{n, k});
-    } else if (format == 2 || format == 3 || format == 6) {
-        // FP8 with 32x32 E8M0 (2), 128x128 F32 (3) or 128x128 E8M0 (6, the release format) block scales
-        const int b = format == 2 ? 32 : 128;
-        h.data.resize(n * k);
-        for (auto& c : h.data) c = f32_to_f8e4m3(d(rng) * 100);
-        const int64_t sr = (n + b - 1) / b, sc = (k + b - 1) / b;
-        h.w.format = WeightFormat::kFp8Block;
-        h.w.block_rows = h.w.block_cols = b;
-        if (format != 3) {
-            h.scale.resize(sr * sc);
-            for (auto& s : h.scale) s = static_cast<uint8_t>(120 + rng() % 8);
-            h.w.scale = TensorView(h.scale.data(), DType::kE8M0, Shape{sr, sc});
-        } else {
-            h.scale.resize(sr * sc * 4);
-            for (int64_t i = 0; i < sr * sc; ++i) {
-                const float s = std::ldexp(1.0f, -6 - static_cast<int>(rng() % 4));
-                std::memcpy(h.scale.data() + 4 * i, &s, 4);
-            }
-            h.w.scale = TensorView(h.scale.data(), DType::kF32, Shape{sr, sc});
-        }
-        h.w.data = TensorView(h.data.data(), DType::kF8E4M3, Shape{n, k});
-    } else {  // FP4, groups of 32
-        h.data.resize(n * k / 2);
-        for (auto& c : h.data) c = static_cast<uint8_t>(rng() & 0xff);
-        h.scale.resize(n * k / 32);
-        for (auto& s : h.scale) s = static_cast<uint8_t>(122 + rng() % 8);
-        h.w.format = WeightFormat::kFp4Group;
-        h.w.block_cols = 32;
-        h.w.data = TensorView(h.data.data(), DType::kFP4E2M1, Shape{n, k});
-        h.w.scale = TensorView(h.scale.data(), DType::kE8M0, Shape{n, k / 32});
-    }
-    return h;
-}
 
 // A [t, k] x [n, k]^T product of a fresh weight in `format` (see make_weight) on both backends.
 void CudaOps::check_linear(int format, int64_t t, int64_t n, int64_t k) {

@@ -31,4 +31,22 @@ inline GreedyDecode greedy_decode(CausalLM& model, std::span<const int32_t> prom
     return out;
 }
 
+// The logits [steps, vocab] of decoding `continuation` through the incremental state: row i is the
+// distribution the model gives for continuation[i], after the prompt and continuation[0 .. i).
+inline std::vector<float> teacher_forced_logits(CausalLM& model, std::span<const int32_t> prompt,
+                                                std::span<const int32_t> continuation) {
+    const int64_t vocab = model.info().vocab_size;
+    auto seq = model.new_sequence(static_cast<int64_t>(prompt.size() + continuation.size()));
+    SequenceInput in{seq.get(), prompt, static_cast<int64_t>(prompt.size()) - 1};
+    Tensor logits = model.forward(std::span<const SequenceInput>(&in, 1));
+    std::vector<float> out;
+    for (size_t i = 0; i < continuation.size(); ++i) {
+        out.insert(out.end(), logits.f32(), logits.f32() + vocab);
+        if (i + 1 == continuation.size()) break;
+        SequenceInput step{seq.get(), continuation.subspan(i, 1), 0};
+        logits = model.forward(std::span<const SequenceInput>(&step, 1));
+    }
+    return out;
+}
+
 }  // namespace deepinfer::testing_support

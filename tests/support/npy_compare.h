@@ -1,6 +1,7 @@
 // Test helpers: fixture paths, .npy loading and the error measure of the tolerance table.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstdint>
@@ -49,6 +50,38 @@ inline double rel_error(const float* a, const float* ref, size_t n) {
 
 inline double rel_error(const std::vector<float>& a, const std::vector<float>& ref) {
     return a.size() == ref.size() ? rel_error(a.data(), ref.data(), a.size()) : INFINITY;
+}
+
+// Per-row errors of [rows, cols] logits: row r's max |a - ref| over max |ref| of the whole tensor. For models
+// with discrete choices (top-k routing, top-k attention) a small perturbation may flip one choice at one
+// position: that row (and the rows attending to it) move far while the rest stay at the perturbation's size,
+// so the distribution tells a flip from a wrong kernel, which moves every row.
+struct RowErrors {
+    double median = INFINITY, max = INFINITY;
+    double within = 0;  // fraction of rows at or under the bound
+};
+
+inline RowErrors row_errors(const float* a, const float* ref, size_t rows, size_t cols, double bound) {
+    double max_ref = 0;
+    for (size_t i = 0; i < rows * cols; ++i) max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[i])));
+    std::vector<double> err(rows);
+    for (size_t r = 0; r < rows; ++r) {
+        double d = 0;
+        for (size_t c = 0; c < cols; ++c) {
+            const float x = a[r * cols + c], y = ref[r * cols + c];
+            d = std::isnan(x) || std::isnan(y) ? INFINITY : std::max(d, static_cast<double>(std::fabs(x - y)));
+        }
+        err[r] = max_ref > 0 ? d / max_ref : d;
+    }
+    RowErrors out;
+    if (rows == 0) return out;
+    size_t within = 0;
+    for (double e : err) within += e <= bound;
+    out.within = static_cast<double>(within) / static_cast<double>(rows);
+    std::sort(err.begin(), err.end());
+    out.median = err[rows / 2];
+    out.max = err.back();
+    return out;
 }
 
 // Length of the common prefix of two token sequences.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -77,6 +78,38 @@ void CpuBackend::indexer_scores(TensorView scores, TensorView q, TensorView keys
                     for (int64_t k = 0; k < entries; ++k) srow[k] += std::max(drow[k], 0.0f) * scale * wh;
                 }
             }
+        }
+    });
+}
+
+void CpuBackend::indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
+                                int32_t base) {
+    const int64_t t = scores.dim(0), entries = scores.dim(1);
+    DI_ICHECK(starts.numel() == t && limits.numel() == t && k >= 0, "indexer_select shapes");
+    const float* s = scores.f32();
+    const int32_t* start = starts.as<int32_t>();
+    const int32_t* limit = limits.as<int32_t>();
+    int32_t* out = dst.as<int32_t>();
+    const int64_t capacity = dst.numel();
+    pool_.parallel_for(t, 4, [&](int64_t b, int64_t e) {
+        std::vector<int32_t> order;
+        for (int64_t r = b; r < e; ++r) {
+            const int64_t n = limit[r], m = std::min<int64_t>(k, n);
+            DI_ICHECK(n >= 0 && n <= entries && start[r] >= 0 && start[r] + m <= capacity,
+                      "indexer_select: row ", r, " limit ", n, " or start ", start[r], " out of range");
+            order.resize(static_cast<size_t>(n));
+            std::iota(order.begin(), order.end(), 0);
+            if (m < n) {  // the m highest scores, ties to the lower index; then back to index order
+                const float* sr = s + r * entries;
+                auto key = [&](int32_t i) { return std::isnan(sr[i]) ? -INFINITY : sr[i]; };  // a strict order
+                std::nth_element(order.begin(), order.begin() + m, order.end(), [&](int32_t a, int32_t c) {
+                    const float ka = key(a), kc = key(c);
+                    return ka > kc || (ka == kc && a < c);
+                });
+                order.resize(static_cast<size_t>(m));
+                std::sort(order.begin(), order.end());
+            }
+            for (int64_t i = 0; i < m; ++i) out[start[r] + i] = base + order[i];
         }
     });
 }

@@ -38,13 +38,19 @@ public:
                           const int32_t* indices, const float* sinks, float scale) override;
     void gated_pool(TensorView out, TensorView kv, TensorView gate) override;
     void indexer_scores(TensorView scores, TensorView q, TensorView keys, TensorView weights, float scale) override;
+    void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
+                        int32_t base) override;
     void swiglu(TensorView out, TensorView gate, TensorView up, float limit) override;
     void fake_quantize(TensorView x, QuantSim kind, int block) override;
     void gather_rows(TensorView dst, TensorView rows) override;
     void scatter_rows(TensorView rows, TensorView src) override;
     void add(TensorView x, TensorView y) override;
     void scale(TensorView x, float s) override;
+    void argmax_rows(TensorView ids, TensorView logits) override;
     void moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) override;
+    void moe_route(TensorView experts, TensorView weights, TensorView logits, const MoeRouting& r) override;
+    void expert_linear(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& experts,
+                       int rows_per_input) override;
 
 private:
     // out[:, n0:n1] (row stride ldc) = x (row stride lda) . W[w_row0 + n0 : w_row0 + n1, :]^T for T rows.

@@ -126,6 +126,21 @@ void CpuBackend::scale(TensorView x, float s) {
     for (int64_t i = 0; i < x.numel(); ++i) a[i] *= s;
 }
 
+void CpuBackend::argmax_rows(TensorView ids, TensorView logits) {
+    const int64_t rows = logits.dim(0), v = logits.dim(1);
+    DI_ICHECK(ids.numel() == rows && v > 0, "argmax_rows shapes");
+    const float* l = logits.f32();
+    int32_t* out = ids.as<int32_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+        const float* row = l + r * v;
+        int64_t best = -1;
+        for (int64_t i = 0; i < v; ++i)
+            if (!std::isnan(row[i]) && (best < 0 || row[i] > row[best])) best = i;
+        const bool ok = !std::isnan(row[0]) && best >= 0 && row[best] > -std::numeric_limits<float>::infinity();
+        out[r] = ok ? static_cast<int32_t>(best) : -1;
+    }
+}
+
 void CpuBackend::moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) {
     const int64_t t = out.dim(0), d = out.dim(1), k = t ? weights.numel() / t : 0;
     const float* rt = routed.f32();

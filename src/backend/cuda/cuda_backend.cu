@@ -2,10 +2,13 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/op_profiler.h"
@@ -52,6 +55,12 @@ cuda::HcDesc describe(const HcParams& p) {
 class CudaBackend final : public Backend {
 public:
     CudaBackend(int device, int host_threads) : device_(device), pool_(host_threads) {
+        // DEEPINFER_CUDA_GEMM: tc (default; bf16 tensor cores, the GPU bound of the tolerance table) or tiled
+        // (fp32 SIMT, ~1e-6 of the CPU), for the products of more than kGemvMaxRows rows.
+        const char* gemm = std::getenv("DEEPINFER_CUDA_GEMM");
+        const std::string mode = gemm && *gemm ? gemm : "tc";
+        DI_CHECK(mode == "tc" || mode == "tiled", "DEEPINFER_CUDA_GEMM must be tc or tiled, not '", mode, "'");
+        tensor_cores_ = mode == "tc";
         DI_CUDA_CHECK(cudaSetDevice(device_));
         DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         // Keep freed blocks in the stream-ordered pool instead of returning them to the driver.
@@ -65,6 +74,8 @@ public:
         profiler_ = std::make_unique<cuda::OpProfiler>(stream_);
     }
     ~CudaBackend() override {
+        cudaStreamSynchronize(stream_);
+        expert_tables_.clear();  // their memory goes back on the stream
         cudaStreamSynchronize(stream_);
         profiler_.reset();
         cudaStreamDestroy(stream_);
@@ -133,13 +144,18 @@ public:
         for (int g = 0; g < groups; ++g)
             matmul(out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
     }
-    // Few rows: the weight-streaming GEMV; else the tiled kernel. Batch-invariant mode keeps one kernel for
-    // every row count, so that a row's result never depends on how many rows share the step.
+    // Few rows: the weight-streaming GEMV; else the tensor-core kernel (or, with DEEPINFER_CUDA_GEMM=tiled, the
+    // exact fp32 tiled kernel). Batch-invariant mode keeps one kernel for every row count, so that a row's
+    // result never depends on how many rows share the step: the tensor-core kernel's per-output reduction order
+    // depends only on K once split-K is off, the tiled kernel's likewise.
     void matmul(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& d,
                 int64_t w_row0, int64_t n_out) {
         if (!batch_invariant_ && cuda::gemv_applies(rows, d)) {
             const auto op = profiler_->scope(rows == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
             cuda::launch_gemv(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
+        } else if (tensor_cores_) {
+            const auto op = profiler_->scope("matmul tensor cores");
+            cuda::launch_gemm_tc(out, ldc, x, lda, rows, d, w_row0, n_out, !batch_invariant_, stream_);
         } else {
             const auto op = profiler_->scope("matmul tiled");
             cuda::launch_gemm(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
@@ -192,7 +208,7 @@ public:
         const auto op = profiler_->scope("sparse_attention");
         DI_ICHECK(out.shape() == q.shape() && keys.dim(1) == q.dim(2), "sparse_attention shapes");
         cuda::launch_sparse_attention(out.f32(), q.f32(), keys.f32(), offsets, indices, sinks, q.dim(0), q.dim(1),
-                                      q.dim(2), scale, stream_);
+                                      q.dim(2), scale, batch_invariant_, stream_);
     }
     void gated_pool(TensorView out, TensorView kv, TensorView gate) override {
         const auto op = profiler_->scope("gated_pool");
@@ -202,6 +218,19 @@ public:
         const auto op = profiler_->scope("indexer_scores");
         cuda::launch_indexer_scores(scores.f32(), q.f32(), keys.f32(), weights.f32(), q.dim(0), q.dim(1), q.dim(2),
                                     keys.dim(0), scale, stream_);
+    }
+    void argmax_rows(TensorView ids, TensorView logits) override {
+        const auto op = profiler_->scope("argmax_rows");
+        DI_ICHECK(ids.numel() == logits.dim(0) && logits.dim(1) > 0, "argmax_rows shapes");
+        cuda::launch_argmax_rows(ids.as<int32_t>(), logits.f32(), logits.dim(0), logits.dim(1), stream_);
+    }
+    void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
+                        int32_t base) override {
+        const auto op = profiler_->scope("indexer_select");
+        DI_ICHECK(starts.numel() == scores.dim(0) && limits.numel() == scores.dim(0) && k >= 0,
+                  "indexer_select shapes");
+        cuda::launch_indexer_select(dst.as<int32_t>(), starts.as<int32_t>(), scores.f32(), scores.dim(0),
+                                    scores.dim(1), limits.as<int32_t>(), k, base, stream_);
     }
     void swiglu(TensorView out, TensorView gate, TensorView up, float limit) override {
         const auto op = profiler_->scope("swiglu");
@@ -238,8 +267,71 @@ public:
                                  out.dim(1), stream_);
     }
 
+    void moe_route(TensorView experts, TensorView weights, TensorView logits, const MoeRouting& r) override {
+        const auto op = profiler_->scope("moe_route");
+        const int64_t t = logits.dim(0), e = logits.dim(1);
+        DI_ICHECK(logits.ndim() == 2 && r.k > 0 && r.k <= e && experts.numel() == t * r.k &&
+                      weights.numel() == t * r.k && (!r.tid2eid || r.tokens),
+                  "moe_route: logits ", logits.shape().str(), ", k ", r.k, ", experts ", experts.shape().str());
+        const cuda::MoeRouteDesc d{r.bias, r.tid2eid, r.tokens, r.vocab, static_cast<int>(r.scoring), r.k,
+                                   r.gate_temp, r.routed_scaling};
+        cuda::launch_moe_route(experts.as<int32_t>(), weights.f32(), logits.f32(), t, e, d, stream_);
+    }
+    void expert_linear(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& experts,
+                       int rows_per_input) override {
+        const auto op = profiler_->scope("expert_linear");
+        const int64_t r = expert_of_row.numel();
+        DI_ICHECK(!experts.empty() && rows_per_input > 0 && x.ndim() == 2 && r % rows_per_input == 0 &&
+                      x.dim(0) == r / rows_per_input && x.dim(1) == experts[0].cols &&
+                      out.numel() == r * experts[0].rows,
+                  "expert_linear: x ", x.shape().str(), ", out ", out.shape().str(), ", ", r, " rows, ",
+                  rows_per_input, " per input");
+        if (r == 0) return;
+        const ExpertTable& table = expert_table(experts);
+        const cuda::ExpertLinearDesc d{out.f32(),
+                                       x.f32(),
+                                       expert_of_row.as<const int32_t>(),
+                                       table.device.as<const WeightDesc>(),
+                                       r,
+                                       experts[0].rows,
+                                       experts[0].cols,
+                                       static_cast<int>(experts.size()),
+                                       rows_per_input};
+        cuda::launch_expert_linear(d, table.host[0], table.streams, stream_);
+    }
+
 private:
     static constexpr size_t kStagingBytes = size_t{32} << 20;
+
+    // The descriptions of a list of experts in device memory, for expert_linear's kernels to index.
+    struct ExpertTable {
+        std::vector<WeightDesc> host;
+        Tensor device;         // [experts] WeightDesc
+        bool streams = false;  // cuda::expert_linear_streams()
+    };
+    static bool same_weight(const WeightDesc& d, const LinearWeight& w) {
+        return d.data == w.data.data() && d.scale == w.scale.data() && d.rows == w.rows && d.cols == w.cols &&
+               d.format == static_cast<int>(w.format) && d.block_rows == w.block_rows && d.block_cols == w.block_cols;
+    }
+    // Built on the first use of an expert list and kept, keyed by the list's address; a list found at a known
+    // address but holding other weights (a model loaded after another was freed) is described again.
+    const ExpertTable& expert_table(const std::vector<LinearWeight>& experts) {
+        ExpertTable& t = expert_tables_[experts.data()];
+        bool same = t.host.size() == experts.size();
+        for (size_t i = 0; same && i < experts.size(); ++i) same = same_weight(t.host[i], experts[i]);
+        if (same) return t;
+        t.host.clear();
+        for (const LinearWeight& w : experts) {
+            DI_ICHECK(w.rows == experts[0].rows && w.cols == experts[0].cols, "expert_linear: expert ", w.name, " is [",
+                      w.rows, ", ", w.cols, "], the first [", experts[0].rows, ", ", experts[0].cols, "]");
+            t.host.push_back(describe(w));
+        }
+        static_assert(sizeof(WeightDesc) % 4 == 0, "WeightDesc is stored as I32 words");
+        t.streams = cuda::expert_linear_streams(t.host.data(), static_cast<int64_t>(t.host.size()));
+        t.device = alloc(DType::kI32, Shape{static_cast<int64_t>(t.host.size() * sizeof(WeightDesc) / 4)});
+        upload(t.device, t.host.data());
+        return t;
+    }
 
     void drain_locked() {
         DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -259,6 +351,8 @@ private:
     size_t staging_used_ = 0;
     ThreadPool pool_;
     bool batch_invariant_ = false;
+    bool tensor_cores_ = true;  // products of more than kGemvMaxRows rows (see matmul())
+    std::unordered_map<const LinearWeight*, ExpertTable> expert_tables_;
 };
 
 }  // namespace

@@ -13,6 +13,11 @@ namespace deepinfer::cuda {
 // out[t, n] (row stride ldc) = sum_k x[t, k] (row stride lda) * W[w_row0 + n, k], t < rows, n < n_out.
 void launch_gemm(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                  int64_t w_row0, int64_t n_out, cudaStream_t stream);
+// The same product on tensor cores (gemm_tc.cu): bf16-rounded activations and weights (FP8/FP4 times E8M0
+// scales stay exact), fp32 accumulation. Each output's reduction order depends only on K, not on `rows` or
+// the tile shape, unless allow_split_k lets small problems split K (deterministic, but then row-count dependent).
+void launch_gemm_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
+                    int64_t w_row0, int64_t n_out, bool allow_split_k, cudaStream_t stream);
 // The same product for at most kGemvMaxRows rows, streaming each weight row once (decode). Applies when
 // gemv_applies(): whole 16-byte chunks per weight row, each inside one scale block, a power-of-two number of
 // chunks per scale block, and K short enough for an eighth of the activation rows to fit in shared memory.
@@ -48,9 +53,11 @@ void launch_hc_post(float* out, const float* y, const float* post, const float* 
 void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
                         cudaStream_t stream);
 
+// batch_invariant: never split a row's key list over several blocks, so a row's result does not depend on the
+// number of rows in the call.
 void launch_sparse_attention(float* out, const float* q, const float* keys, const int32_t* offsets,
                              const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
-                             float scale, cudaStream_t stream);
+                             float scale, bool batch_invariant, cudaStream_t stream);
 void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
                            int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream);
 
@@ -60,5 +67,42 @@ void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
 void launch_moe_combine(float* out, const float* routed, const float* weights, const float* shared, int64_t t,
                         int64_t k, int64_t d, cudaStream_t stream);
+
+// Greedy selection (sampling.cu): see Backend::argmax_rows.
+void launch_argmax_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab, cudaStream_t stream);
+
+// The indexer's top-k (select.cu): see Backend::indexer_select.
+void launch_indexer_select(int32_t* dst, const int32_t* starts, const float* scores, int64_t rows, int64_t entries,
+                           const int32_t* limits, int k, int32_t base, cudaStream_t stream);
+
+// MoE routing of `rows` rows of logits [rows, e] (Backend::moe_route): experts [rows, k] I32, weights [rows, k].
+struct MoeRouteDesc {
+    const float* bias;       // [e] f32 selection bias, or null (score routing)
+    const int32_t* tid2eid;  // [vocab, k] I32 expert ids (hash routing), or null (score routing)
+    const int32_t* tokens;   // [rows] I32 token ids (hash routing)
+    int64_t vocab;           // rows of tid2eid
+    int scoring;             // 0 sqrt(softplus), 1 softmax, 2 sigmoid (ScoringFunc's order)
+    int k;                   // experts per row, <= kMoeRouteMaxK
+    float gate_temp;         // logits are divided by it unless it is 1
+    float routed_scaling;
+};
+constexpr int kMoeRouteMaxK = 32;
+void launch_moe_route(int32_t* experts, float* weights, const float* logits, int64_t rows, int64_t e,
+                      const MoeRouteDesc& r, cudaStream_t stream);
+
+// Routed expert products (Backend::expert_linear): out [rows, n] row r = x row (r / rows_per_input) [k] times
+// table[expert_of_row[r]]^T, every table entry an [n, k] weight of one kind. `fast` (from
+// expert_linear_streams()) picks the weight-streaming kernel, else a plain one for any layout.
+struct ExpertLinearDesc {
+    float* out;                    // [rows, n] f32
+    const float* x;                // [rows / rows_per_input, k] f32
+    const int32_t* expert_of_row;  // [rows] I32
+    const WeightDesc* table;       // [num_experts] device memory
+    int64_t rows, n, k;
+    int num_experts, rows_per_input;
+};
+// True when every weight can be streamed in whole 16-byte chunks (see gemv_applies(), without the limit on K).
+bool expert_linear_streams(const WeightDesc* host_table, int64_t num_experts);
+void launch_expert_linear(const ExpertLinearDesc& p, const WeightDesc& first, bool fast, cudaStream_t stream);
 
 }  // namespace deepinfer::cuda

@@ -28,6 +28,20 @@ void dump(Backend& be, const std::string& name, TensorView t) {
     if (debug_dump_enabled()) debug_dump(name, to_host(be, t));
 }
 
+// The indexer's choices per query of a CSA layer for DEEPINFER_DEBUG_DUMP: entry numbers in entry order,
+// -1 padded to index_topk. key_list: the attention key lists on the host; starts[t]: where row t's entries begin.
+void dump_indexer_picks(int layer, const Tensor& key_list, const std::vector<int32_t>& offsets,
+                        const std::vector<int32_t>& starts, int32_t base, int topk) {
+    const int32_t* list = key_list.view().as<int32_t>();
+    std::vector<int32_t> picks;
+    for (size_t t = 0; t < starts.size(); ++t) {
+        int n = 0;
+        for (int32_t i = starts[t]; i < offsets[t + 1]; ++i, ++n) picks.push_back(list[i] - base);
+        for (; n < topk; ++n) picks.push_back(-1);
+    }
+    debug_dump("l" + std::to_string(layer) + ".indexer", picks, topk);
+}
+
 }  // namespace
 
 // The batch as flat rows: row r belongs to one sequence at absolute position positions[r].
@@ -38,7 +52,7 @@ struct DeepseekV4Model::Rows {
     };
     int64_t total = 0;
     std::vector<int32_t> tokens, positions;  // host copies
-    TensorView positions_d;                  // [T] I32, backend memory
+    TensorView positions_d, tokens_d;        // [T] I32, backend memory
     std::vector<Seq> seqs;
 };
 
@@ -85,17 +99,23 @@ std::unique_ptr<ModelSequence> DeepseekV4Model::new_sequence(SequenceMemory memo
     return std::make_unique<V4Sequence>(config_, state_spec_, std::move(memory));
 }
 
-Tensor DeepseekV4Model::forward(std::span<const SequenceInput> batch) {
+Tensor DeepseekV4Model::forward(std::span<const SequenceInput> batch) { return forward_sequences(batch, false); }
+
+Tensor DeepseekV4Model::forward_on_backend(std::span<const SequenceInput> batch) {
+    return forward_sequences(batch, true);
+}
+
+Tensor DeepseekV4Model::forward_sequences(std::span<const SequenceInput> batch, bool on_backend) {
     std::vector<StateInput> states;
     for (const SequenceInput& in : batch) {
         auto* seq = dynamic_cast<V4Sequence*>(in.seq);
         DI_CHECK(seq, "forward: sequence does not belong to a DeepSeek-V4 model");
         states.push_back({&seq->state(), in.tokens, in.logits_from});
     }
-    return forward_states(states);
+    return forward_states(states, on_backend);
 }
 
-Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
+Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch, bool on_backend) {
     const DeepseekV4Config& c = config_;
     Backend& be = backend_;
     const int64_t D = c.hidden_size, n = c.hc_mult;
@@ -127,10 +147,11 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
     if (T == 0) return Tensor::f32(Shape{R, c.vocab_size});
     StepArrays arrays(be);
     rows.positions_d = arrays.i32(rows.positions);
+    rows.tokens_d = arrays.i32(rows.tokens);
 
     // Residual streams [T, n, D]: the embedding copied into every stream.
     Tensor x = be.alloc(DType::kF32, Shape{T, D});
-    be.embedding(x, weights_.embed, arrays.i32(rows.tokens).as<int32_t>());
+    be.embedding(x, weights_.embed, rows.tokens_d.as<int32_t>());
     Tensor streams = be.alloc(DType::kF32, Shape{T, n, D}), next = be.alloc(DType::kF32, Shape{T, n, D});
     std::vector<float*> copies(T * n);
     for (int64_t r = 0; r < T; ++r)
@@ -157,7 +178,7 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
         const std::string tag = "l" + std::to_string(l);
         sublayer(L.hc_attn, L.attn_norm, tag + ".attn", [&](TensorView in, TensorView out) { attention(l, rows, in, out); });
         sublayer(L.hc_ffn, L.ffn_norm, tag + ".mlp", [&](TensorView in, TensorView out) {
-            moe_forward(be, L.moe, moe_params_[l], in, rows.tokens.data(), out);
+            moe_forward(be, L.moe, moe_params_[l], in, rows.tokens_d, out);
         });
         dump(be, "hidden." + std::to_string(l + 1), streams);
     }
@@ -172,7 +193,7 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch) {
     be.rms_norm(selected, selected, weights_.norm.f32(), c.rms_eps);
     Tensor logits = be.alloc(DType::kF32, Shape{R, c.vocab_size});
     be.linear(logits, selected, weights_.head);
-    return be.is_host() ? std::move(logits) : to_host(be, logits);
+    return be.is_host() || on_backend ? std::move(logits) : to_host(be, logits);
 }
 
 // Emits the compressed entries whose windows close inside this chunk, then stores the chunk's projections
@@ -324,22 +345,22 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         Tensor keys = alloc(Shape{prev + s.n + entries, d});
         be.gather_rows(keys, arrays.rows(key_rows));
 
-        // CSA: the indexer picks at most index_topk of the visible entries per query (on the host).
+        // CSA: the indexer scores every entry for every query of the chunk.
         Tensor scores;
         if (L.has_indexer && entries) {
             std::vector<float*> key_src(entries);
             for (int64_t e = 0; e < entries; ++e) key_src[e] = st.indexer.entries->row(e);
             Tensor index_keys = alloc(Shape{entries, c.index_head_dim});
             be.gather_rows(index_keys, arrays.rows(key_src));
-            Tensor dev_scores = alloc(Shape{s.n, entries});
-            be.indexer_scores(dev_scores, iq.view().slice_rows(s.row0, s.row0 + s.n), index_keys,
+            scores = alloc(Shape{s.n, entries});
+            be.indexer_scores(scores, iq.view().slice_rows(s.row0, s.row0 + s.n), index_keys,
                               iw.view().slice_rows(s.row0, s.row0 + s.n),
                               1.0f / std::sqrt(static_cast<float>(c.index_head_dim)));
-            scores = to_host(be, dev_scores);
-            if (si == 0) debug_dump("l" + std::to_string(layer) + ".index_scores", scores);
+            if (si == 0) dump(be, "l" + std::to_string(layer) + ".index_scores", scores);
         }
-        std::vector<int32_t> offsets(s.n + 1, 0), indices;
-        std::vector<int32_t> order, picks;  // picks: the indexer's choices per query, -1 padded (debug dump)
+        // Each query's key list: its window rows, then the compressed entries it sees (HCA: all of them; CSA:
+        // slots that indexer_select fills on the device with the top index_topk, in entry order).
+        std::vector<int32_t> offsets(s.n + 1, 0), indices, csa_starts, csa_limits;
         for (int64_t t = 0; t < s.n; ++t) {
             const int64_t p = p0 + t;
             for (int64_t kp = std::max<int64_t>(0, p - W + 1); kp <= p; ++kp)
@@ -347,27 +368,23 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
             const int64_t visible = L.has_compressor ? (p + 1) / m : 0;
             if (kind == AttnKind::kHca) {
                 for (int64_t e = 0; e < visible; ++e) indices.push_back(static_cast<int32_t>(prev + s.n + e));
-            } else if (kind == AttnKind::kCsa && visible > 0) {
-                order.resize(visible);
-                std::iota(order.begin(), order.end(), 0);
-                const float* sc = scores.f32() + t * entries;
-                const int64_t k = std::min<int64_t>(visible, c.index_topk);
-                if (k < visible)  // highest scores; ties to the lower index
-                    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-                        return sc[a] > sc[b] || (sc[a] == sc[b] && a < b);
-                    });
-                for (int64_t e = 0; e < k; ++e) indices.push_back(static_cast<int32_t>(prev + s.n + order[e]));
-                if (debug_dump_enabled())
-                    for (int64_t e = 0; e < c.index_topk; ++e) picks.push_back(e < k ? order[e] : -1);
-            } else if (kind == AttnKind::kCsa && debug_dump_enabled()) {
-                picks.insert(picks.end(), c.index_topk, -1);
+            } else if (kind == AttnKind::kCsa) {
+                csa_starts.push_back(static_cast<int32_t>(indices.size()));
+                csa_limits.push_back(static_cast<int32_t>(visible));
+                indices.resize(indices.size() + std::min<int64_t>(visible, c.index_topk), -1);
             }
             offsets[t + 1] = static_cast<int32_t>(indices.size());
         }
-        if (kind == AttnKind::kCsa && si == 0) debug_dump("l" + std::to_string(layer) + ".indexer", picks, c.index_topk);
+        const TensorView key_list = arrays.i32(indices);
+        if (kind == AttnKind::kCsa && entries) {
+            be.indexer_select(key_list, arrays.i32(csa_starts), scores, arrays.i32(csa_limits), c.index_topk,
+                              static_cast<int32_t>(prev + s.n));
+            if (si == 0 && debug_dump_enabled()) dump_indexer_picks(layer, to_host(be, key_list), offsets, csa_starts,
+                                                                     static_cast<int32_t>(prev + s.n), c.index_topk);
+        }
         be.sparse_attention(o.view().slice_rows(s.row0, s.row0 + s.n), q.view().slice_rows(s.row0, s.row0 + s.n),
-                            keys, arrays.i32(offsets).as<int32_t>(), arrays.i32(indices).as<int32_t>(),
-                            L.attn_sink.f32(), 1.0f / std::sqrt(static_cast<float>(d)));
+                            keys, arrays.i32(offsets).as<int32_t>(), key_list.as<int32_t>(), L.attn_sink.f32(),
+                            1.0f / std::sqrt(static_cast<float>(d)));
 
         // Remember this chunk's K=V rows.
         std::vector<float*> dst;

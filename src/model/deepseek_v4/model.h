@@ -30,6 +30,7 @@ public:
     std::unique_ptr<ModelSequence> new_sequence(int64_t max_tokens) override;
     std::unique_ptr<ModelSequence> fork_sequence(ModelSequence& src, int64_t max_tokens) override;
     Tensor forward(std::span<const SequenceInput> batch) override;
+    Tensor forward_on_backend(std::span<const SequenceInput> batch) override;
 
 private:
     struct StateInput {
@@ -37,7 +38,9 @@ private:
         std::span<const int32_t> tokens;
         int64_t logits_from;
     };
-    Tensor forward_states(std::span<const StateInput> batch);
+    // The logits in the backend's memory (on_backend) or on the host.
+    Tensor forward_states(std::span<const StateInput> batch, bool on_backend);
+    Tensor forward_sequences(std::span<const SequenceInput> batch, bool on_backend);
     struct Rows;  // the batch flattened into rows
     void attention(int layer, const Rows& rows, TensorView xn, TensorView out);
     void compress(int layer, const Rows& rows, size_t seq, bool indexer, TensorView kv, TensorView gate,

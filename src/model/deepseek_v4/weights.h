@@ -71,7 +71,7 @@ MoeParams moe_params(const DeepseekV4Config& config, int layer);
 HcWeights load_hc(WeightLoader& w, const std::string& prefix, int rows, int64_t cols, int scales);
 
 // Moves every weight the forward reads into the backend's memory (no-op on host backends); the copies are
-// kept in `storage`. Routing tables (tid2eid, the router bias) stay on the host, where routing runs.
+// kept in `storage`, the routing tables (tid2eid, the router bias) in the MoE weights themselves.
 void weights_to_backend(Backend& backend, DeepseekV4Weights& weights, std::vector<Tensor>* storage);
 
 // Loads and validates every tensor the config calls for; errors name the file, tensor and expectation.

@@ -276,7 +276,7 @@ Tensor DeepseekV41Model::forward(std::span<const SequenceInput> batch) {
         be.hc_mix(pre_f, post, comb, streams, hc(L.hc_ffn));
         be.hc_collapse(x, streams, pre_a);
         be.rms_norm(xn, x, L.ffn_norm.f32(), c.rms_eps);
-        moe_forward(be, L.moe, c.moe, xn, rows.tokens.data(), y);
+        moe_forward(be, L.moe, c.moe, xn, TensorView(rows.tokens.data(), DType::kI32, Shape{static_cast<int64_t>(rows.tokens.size())}), y);
         debug_dump("l" + std::to_string(l) + ".mlp", y);
         be.hc_post(next, y, post, comb, streams);
         std::swap(streams, next);

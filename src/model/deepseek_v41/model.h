@@ -40,6 +40,8 @@ public:
     std::unique_ptr<ModelSequence> new_sequence(int64_t max_tokens) override;
     std::unique_ptr<ModelSequence> fork_sequence(ModelSequence& src, int64_t max_tokens) override;
     Tensor forward(std::span<const SequenceInput> batch) override;
+    // V4.1 runs on host backends only, where the host is the backend's memory.
+    Tensor forward_on_backend(std::span<const SequenceInput> batch) override { return forward(batch); }
 
     void set_prefill_truncation(PrefillTruncation t) { truncation_ = t; }
     const PrefillTruncation& prefill_truncation() const { return truncation_; }

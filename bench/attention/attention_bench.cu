@@ -1,0 +1,270 @@
+// Sparse attention and lightning-indexer micro-benchmark at DeepSeek-V4-Flash shapes (64 heads x 512 shared
+// K=V; indexer 64 heads x 128), decode (1..128 query rows, 128 window keys + 512 selected entries per row) and
+// a 2048-token prefill. Timed with CUDA events over back-to-back launches; the inputs stay in the 50 MB L2, as
+// they do in the model, where gather_rows has just written the key table. Prints us per call, GB/s of the bytes
+// the op must move (queries, distinct keys, indices, outputs), GFLOP/s (a multiply-add is 2), and the kernels
+// this one replaced (kept below as the baseline) with the relative difference of their outputs.
+//   attention_bench [--iters N] [--no-baseline]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+
+namespace deepinfer::cuda {
+namespace baseline {
+
+constexpr int kAttnThreads = 128;
+constexpr int kMaxPerThread = 8;
+
+// One block per (query row, head), two block-wide reductions per key.
+__global__ void __launch_bounds__(kAttnThreads)
+    sparse_attention_kernel(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ keys,
+                            const int32_t* __restrict__ offsets, const int32_t* __restrict__ indices,
+                            const float* __restrict__ sinks, int64_t heads, int64_t d, float scale) {
+    const int64_t th = blockIdx.x, r = th / heads, h = th % heads;
+    const float* qv = q + th * d;
+    float qreg[kMaxPerThread], acc[kMaxPerThread];
+    int count = 0;
+    for (int64_t c = threadIdx.x; c < d; c += kAttnThreads) {
+        qreg[count] = qv[c];
+        acc[count] = 0;
+        ++count;
+    }
+    float m = -INFINITY, denom = 0;
+    for (int32_t i = offsets[r]; i < offsets[r + 1]; ++i) {
+        const float* kv = keys + static_cast<int64_t>(indices[i]) * d;
+        float dot = 0;
+        for (int j = 0; j < count; ++j) dot += qreg[j] * kv[threadIdx.x + j * kAttnThreads];
+        const float s = block_sum(dot) * scale;
+        const float m_new = fmaxf(m, s);
+        const float rescale = expf(m - m_new), p = expf(s - m_new);
+        denom = denom * rescale + p;
+        for (int j = 0; j < count; ++j) acc[j] = acc[j] * rescale + p * kv[threadIdx.x + j * kAttnThreads];
+        m = m_new;
+    }
+    const float sink = sinks[h];
+    const float m_final = fmaxf(m, sink);
+    const float rescale = expf(m - m_final);
+    denom = denom * rescale + expf(sink - m_final);
+    float* ov = out + th * d;
+    for (int j = 0; j < count; ++j) ov[threadIdx.x + j * kAttnThreads] = acc[j] * rescale / denom;
+}
+
+// One thread per (row, entry).
+__global__ void indexer_scores_kernel(float* __restrict__ scores, const float* __restrict__ q,
+                                      const float* __restrict__ keys, const float* __restrict__ weights, int64_t rows,
+                                      int64_t heads, int64_t c, int64_t entries, float scale) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= rows * entries) return;
+    const int64_t r = i / entries, e = i % entries;
+    const float* kv = keys + e * c;
+    float acc = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+        const float* qv = q + (r * heads + h) * c;
+        float dot = 0;
+        for (int64_t k = 0; k < c; ++k) dot += qv[k] * kv[k];
+        acc += fmaxf(dot, 0.0f) * scale * weights[r * heads + h];
+    }
+    scores[i] = acc;
+}
+
+}  // namespace baseline
+
+namespace {
+
+#define CHECK(expr)                                                                                       \
+    do {                                                                                                  \
+        cudaError_t e_ = (expr);                                                                          \
+        if (e_ != cudaSuccess) {                                                                          \
+            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+            std::exit(1);                                                                                 \
+        }                                                                                                 \
+    } while (0)
+
+constexpr int kHeads = 64, kHeadDim = 512, kWindow = 128, kTopK = 512;
+constexpr int kIndexHeads = 64, kIndexDim = 128;
+
+// A device buffer of n values uniform in [-a, a].
+float* random_device(int64_t n, float a, uint32_t seed) {
+    std::vector<float> h(static_cast<size_t>(n));
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (float& x : h) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x = a * (static_cast<float>(s >> 40) / 8388608.0f - 1.0f);
+    }
+    float* p = nullptr;
+    CHECK(cudaMalloc(&p, std::max<int64_t>(n, 1) * 4));
+    CHECK(cudaMemcpy(p, h.data(), n * 4, cudaMemcpyHostToDevice));
+    return p;
+}
+
+template <class T>
+T* to_device(const std::vector<T>& v) {
+    T* p = nullptr;
+    CHECK(cudaMalloc(&p, std::max<size_t>(v.size(), 1) * sizeof(T)));
+    CHECK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+    return p;
+}
+
+// Mean us per call over `iters` calls after 3 warm-up calls; iters shrinks so slow kernels take ~0.5 s.
+double time_us(const std::function<void()>& call, int iters) {
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    for (int i = 0; i < 3; ++i) call();
+    CHECK(cudaEventRecord(start));
+    call();
+    CHECK(cudaEventRecord(stop));
+    CHECK(cudaEventSynchronize(stop));
+    float once = 0;
+    CHECK(cudaEventElapsedTime(&once, start, stop));
+    iters = std::max(1, std::min(iters, static_cast<int>(500.0f / std::max(once, 1e-3f))));
+    CHECK(cudaEventRecord(start));
+    for (int i = 0; i < iters; ++i) call();
+    CHECK(cudaEventRecord(stop));
+    CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventDestroy(start));
+    CHECK(cudaEventDestroy(stop));
+    return 1000.0 * ms / iters;
+}
+
+double max_rel_diff(const float* a_dev, const float* b_dev, int64_t n) {
+    std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+    CHECK(cudaMemcpy(a.data(), a_dev, n * 4, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(b.data(), b_dev, n * 4, cudaMemcpyDeviceToHost));
+    double diff = 0, ref = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
+        diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+        ref = std::max(ref, static_cast<double>(std::fabs(b[i])));
+    }
+    return ref > 0 ? diff / ref : diff;
+}
+
+struct Options {
+    int iters = 100;
+    bool baseline = true;
+};
+
+void report(const char* op, const char* shape, double us, double bytes, double flops, const Options& o,
+            const std::function<void()>& old_call, const std::function<double()>& diff) {
+    std::printf("%-16s %-26s %9.2f %8.0f %9.0f", op, shape, us, bytes / us / 1e3, flops / us / 1e3);
+    if (o.baseline) {
+        const double old_us = time_us(old_call, std::max(1, o.iters / 4));
+        std::printf(" %10.1f %8.1fx %9.1e", old_us, old_us / us, diff());
+    }
+    std::printf("\n");
+}
+
+// Query rows t < rows, each with a list of key rows: decode (its own 128 window rows, then 512 distinct
+// entries of `entries`) or prefill (position t's sliding window and every entry visible to it, one per 4
+// positions, at most 512: a 2048-token prompt sees them all).
+void bench_attention(int rows, bool prefill, const Options& o) {
+    const int entries = prefill ? rows / 4 : 1024;
+    const int64_t window_rows = prefill ? rows : static_cast<int64_t>(rows) * kWindow;
+    const int64_t nkeys = window_rows + entries;
+    std::vector<int32_t> offsets = {0}, indices, order(entries);
+    std::mt19937 rng(rows);
+    for (int t = 0; t < rows; ++t) {
+        if (prefill) {
+            for (int k = std::max(0, t - kWindow + 1); k <= t; ++k) indices.push_back(k);
+            for (int e = 0; e < std::min((t + 1) / 4, kTopK); ++e) indices.push_back(static_cast<int32_t>(rows + e));
+        } else {
+            for (int k = 0; k < kWindow; ++k) indices.push_back(t * kWindow + k);
+            for (int e = 0; e < entries; ++e) order[e] = e;
+            std::shuffle(order.begin(), order.end(), rng);
+            for (int e = 0; e < kTopK; ++e) indices.push_back(static_cast<int32_t>(window_rows + order[e]));
+        }
+        offsets.push_back(static_cast<int32_t>(indices.size()));
+    }
+    std::vector<char> used(static_cast<size_t>(nkeys), 0);
+    for (int32_t i : indices) used[i] = 1;
+    const int64_t distinct = std::count(used.begin(), used.end(), 1), pairs = static_cast<int64_t>(indices.size());
+    const int64_t qn = static_cast<int64_t>(rows) * kHeads * kHeadDim;
+    float* q = random_device(qn, 1.0f, 1);
+    float* keys = random_device(nkeys * kHeadDim, 1.0f, 2);
+    float* sinks = random_device(kHeads, 1.0f, 3);
+    float *out = nullptr, *out_old = nullptr;
+    CHECK(cudaMalloc(&out, qn * 4));
+    CHECK(cudaMalloc(&out_old, qn * 4));
+    int32_t* off_d = to_device(offsets);
+    int32_t* idx_d = to_device(indices);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+
+    const double bytes = 4.0 * (2 * qn + distinct * kHeadDim + pairs + rows + 1 + kHeads);
+    const double flops = 4.0 * kHeads * kHeadDim * pairs;  // Q K^T and P V
+    const double us = time_us([&] {
+        launch_sparse_attention(out, q, keys, off_d, idx_d, sinks, rows, kHeads, kHeadDim, scale, false, nullptr);
+    }, o.iters);
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "T=%d %s %.0f keys/row", rows, prefill ? "prefill" : "decode",
+                  static_cast<double>(pairs) / rows);
+    auto old_call = [&] {
+        baseline::sparse_attention_kernel<<<rows * kHeads, baseline::kAttnThreads>>>(out_old, q, keys, off_d, idx_d,
+                                                                                     sinks, kHeads, kHeadDim, scale);
+    };
+    report("sparse_attention", shape, us, bytes, flops, o, old_call, [&] { return max_rel_diff(out, out_old, qn); });
+    for (void* p : {static_cast<void*>(q), static_cast<void*>(keys), static_cast<void*>(sinks),
+                    static_cast<void*>(out), static_cast<void*>(out_old), static_cast<void*>(off_d),
+                    static_cast<void*>(idx_d)})
+        CHECK(cudaFree(p));
+}
+
+void bench_indexer(int rows, int entries, const Options& o) {
+    const int64_t qn = static_cast<int64_t>(rows) * kIndexHeads * kIndexDim, sn = static_cast<int64_t>(rows) * entries;
+    float* q = random_device(qn, 1.0f, 4);
+    float* keys = random_device(static_cast<int64_t>(entries) * kIndexDim, 1.0f, 5);
+    float* w = random_device(static_cast<int64_t>(rows) * kIndexHeads, 1.0f, 6);
+    float *s = nullptr, *s_old = nullptr;
+    CHECK(cudaMalloc(&s, sn * 4));
+    CHECK(cudaMalloc(&s_old, sn * 4));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(kIndexDim));
+    const double bytes = 4.0 * (qn + static_cast<double>(entries) * kIndexDim + rows * kIndexHeads + sn);
+    const double flops = 2.0 * qn * entries;
+    const double us = time_us([&] {
+        launch_indexer_scores(s, q, keys, w, rows, kIndexHeads, kIndexDim, entries, scale, nullptr);
+    }, o.iters);
+    char shape[64];
+    std::snprintf(shape, sizeof shape, "T=%d E=%d", rows, entries);
+    auto old_call = [&] {
+        baseline::indexer_scores_kernel<<<static_cast<unsigned>((sn + 255) / 256), 256>>>(
+            s_old, q, keys, w, rows, kIndexHeads, kIndexDim, entries, scale);
+    };
+    report("indexer_scores", shape, us, bytes, flops, o, old_call, [&] { return max_rel_diff(s, s_old, sn); });
+    for (float* p : {q, keys, w, s, s_old}) CHECK(cudaFree(p));
+}
+
+}  // namespace
+}  // namespace deepinfer::cuda
+
+int main(int argc, char** argv) {
+    using namespace deepinfer::cuda;
+    Options o;
+    for (int i = 1; i < argc; ++i) {
+        if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) o.iters = std::atoi(argv[++i]);
+        else if (!std::strcmp(argv[i], "--no-baseline")) o.baseline = false;
+        else {
+            std::fprintf(stderr, "usage: attention_bench [--iters N] [--no-baseline]\n");
+            return 2;
+        }
+    }
+    std::printf("%-16s %-26s %9s %8s %9s %10s %9s %9s\n", "op", "shape", "us/call", "GB/s", "GFLOP/s", "old us",
+                "speedup", "rel diff");
+    for (int rows : {1, 8, 32, 128}) bench_attention(rows, false, o);
+    bench_attention(2048, true, o);
+    for (int rows : {1, 8, 32, 128})
+        for (int entries : {1024, 16384}) bench_indexer(rows, entries, o);
+    bench_indexer(2048, 512, o);
+    return 0;
+}

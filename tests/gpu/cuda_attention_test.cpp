@@ -1,0 +1,244 @@
+// The CUDA sparse attention and lightning-indexer kernels against the CPU ops (the oracle) at the shapes of
+// DeepSeek-V4-Flash decode and prefill and at small odd ones, on fresh random inputs each run, outputs poisoned
+// with NaN first. Bound: max |cuda - cpu| / max |cpu| <= 1e-5 (fp32 on both sides), as in cuda_ops_test.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "support/npy_compare.h"
+
+namespace deepinfer {
+namespace {
+
+using testing_support::rel_error;
+
+constexpr double kBound = 1e-5;
+
+// Per query row, a list of rows of the key table.
+using KeyLists = std::vector<std::vector<int32_t>>;
+
+class CudaAttention : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        cpu_ = create_backend("cpu", 2);
+        gpu_ = create_backend("cuda", 2);
+        const unsigned seed = std::random_device{}();
+        std::printf("seed %u\n", seed);
+        rng_.seed(seed);
+    }
+
+    Tensor normal(Shape s, float std) {
+        std::normal_distribution<float> dist(0.0f, std);
+        Tensor t(DType::kF32, s);
+        for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = dist(rng_);
+        return t;
+    }
+    // Integers in [lo, hi]: dot products of such values are exact in fp32 in any order, so the logits are the
+    // same on both backends and only the softmax's own rounding differs.
+    Tensor integers(Shape s, int lo, int hi) {
+        std::uniform_int_distribution<int> dist(lo, hi);
+        Tensor t(DType::kF32, s);
+        for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(dist(rng_));
+        return t;
+    }
+    int32_t below(int64_t n) { return static_cast<int32_t>(rng_() % static_cast<uint64_t>(n)); }
+
+    Tensor on_gpu(const Tensor& host) { return to_backend(*gpu_, host.view()); }
+    Tensor nan_filled(Shape s) {
+        const std::vector<float> nan(static_cast<size_t>(s.numel()), std::numeric_limits<float>::quiet_NaN());
+        Tensor t = gpu_->alloc(DType::kF32, s);
+        if (s.numel()) gpu_->upload(t, nan.data());
+        return t;
+    }
+    Tensor i32_on_gpu(const std::vector<int32_t>& v) {
+        Tensor t = gpu_->alloc(DType::kI32, Shape{std::max<int64_t>(1, static_cast<int64_t>(v.size()))});
+        if (!v.empty()) gpu_->upload(TensorView(t.view().data(), DType::kI32, Shape{int64_t(v.size())}), v.data());
+        return t;
+    }
+    std::vector<float> download(const Tensor& t) {
+        std::vector<float> v(static_cast<size_t>(t.numel()));
+        if (!v.empty()) gpu_->download(v.data(), t);
+        return v;
+    }
+    static std::vector<float> host_values(const Tensor& t) { return {t.f32(), t.f32() + t.numel()}; }
+
+    // Runs sparse_attention on both backends; returns the CUDA output and stores the CPU one in *ref.
+    std::vector<float> attend(const Tensor& q, const Tensor& keys, const Tensor& sinks, const KeyLists& lists,
+                              std::vector<float>* ref) {
+        std::vector<int32_t> offsets = {0}, indices;
+        for (const auto& l : lists) {
+            indices.insert(indices.end(), l.begin(), l.end());
+            offsets.push_back(static_cast<int32_t>(indices.size()));
+        }
+        const float scale = 1.0f / std::sqrt(static_cast<float>(q.dim(2)));
+        Tensor cpu_out = Tensor::f32(q.shape());
+        cpu_->sparse_attention(cpu_out, q, keys, offsets.data(), indices.data(), sinks.f32(), scale);
+        *ref = host_values(cpu_out);
+        Tensor qd = on_gpu(q), kd = on_gpu(keys), sd = on_gpu(sinks), out = nan_filled(q.shape());
+        Tensor off_d = i32_on_gpu(offsets), idx_d = i32_on_gpu(indices);
+        gpu_->sparse_attention(out, qd, kd, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(), scale);
+        return download(out);
+    }
+    void check_attention(int64_t heads, int64_t d, int64_t nkeys, const KeyLists& lists, float q_std = 1.0f) {
+        const int64_t t = static_cast<int64_t>(lists.size());
+        Tensor q = normal(Shape{t, heads, d}, q_std), keys = normal(Shape{nkeys, d}, 1.0f);
+        Tensor sinks = normal(Shape{heads}, 1.0f);
+        std::vector<float> ref;
+        const std::vector<float> out = attend(q, keys, sinks, lists, &ref);
+        EXPECT_LE(rel_error(out, ref), kBound) << "rows " << t << " heads " << heads << " head_dim " << d;
+    }
+
+    // Decode lists: `window` consecutive rows of the key table, then `selected` random rows (repeats allowed)
+    // from the `entries` rows that follow the windows.
+    KeyLists decode_lists(int64_t rows, int64_t window, int64_t selected, int64_t entries) {
+        KeyLists lists(rows);
+        for (int64_t t = 0; t < rows; ++t) {
+            for (int64_t i = 0; i < window; ++i) lists[t].push_back(static_cast<int32_t>(t + i));
+            for (int64_t i = 0; i < selected; ++i)
+                lists[t].push_back(static_cast<int32_t>(rows + window + below(entries)));
+        }
+        return lists;
+    }
+
+    void check_indexer(int64_t t, int64_t heads, int64_t c, int64_t entries) {
+        Tensor q = normal(Shape{t, heads, c}, 1.0f), keys = normal(Shape{entries, c}, 1.0f);
+        Tensor w = normal(Shape{t, heads}, 1.0f);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c));
+        Tensor ref = Tensor::f32(Shape{t, entries});
+        cpu_->indexer_scores(ref, q, keys, w, scale);
+        Tensor qd = on_gpu(q), kd = on_gpu(keys), wd = on_gpu(w), out = nan_filled(Shape{t, entries});
+        gpu_->indexer_scores(out, qd, kd, wd, scale);
+        EXPECT_LE(rel_error(download(out), host_values(ref)), kBound)
+            << "rows " << t << " heads " << heads << " dim " << c << " entries " << entries;
+    }
+
+    std::unique_ptr<Backend> cpu_, gpu_;
+    std::mt19937 rng_;
+};
+
+// V4-Flash decode: 64 heads x 512, 128 window keys + 512 selected of 1024 entries per row (4k context), one
+// row (the key list split over a cluster), 8 and 33 rows; some rows have no keys at all (only the sink).
+TEST_F(CudaAttention, SparseAttentionDecodeShapes) {
+    for (int64_t rows : {1, 8, 33}) {
+        KeyLists lists = decode_lists(rows, 128, 512, 1024);
+        if (rows > 1) lists[3].clear();
+        if (rows > 8) lists[rows - 1].clear();
+        check_attention(64, 512, rows + 128 + 1024, lists);
+    }
+    // HCA-like: the window plus all 32 entries; and a list shorter than one tile.
+    check_attention(64, 512, 1 + 128 + 32, {[] {
+                        std::vector<int32_t> l;
+                        for (int32_t i = 0; i < 161; ++i) l.push_back(i);
+                        return l;
+                    }()});
+    check_attention(64, 512, 40, decode_lists(1, 3, 5, 30));
+}
+
+// Prefill-like: 300 consecutive positions, each with its sliding window (up to 128 rows) and the compressed
+// entries visible to it (one per 4 positions, up to 512).
+TEST_F(CudaAttention, SparseAttentionPrefillShapes) {
+    const int64_t rows = 300, window = 128, entries = rows / 4;
+    KeyLists lists(rows);
+    for (int64_t p = 0; p < rows; ++p) {
+        for (int64_t k = std::max<int64_t>(0, p - window + 1); k <= p; ++k) lists[p].push_back(static_cast<int32_t>(k));
+        for (int64_t e = 0; e < (p + 1) / 4; ++e) lists[p].push_back(static_cast<int32_t>(rows + e));
+    }
+    check_attention(64, 512, rows + entries, lists);
+}
+
+// Few heads (groups of 4 and 8 with missing heads), head dims that are not multiples of 32 or 128 or even 4
+// (the scalar staging path), and the largest supported head dim.
+TEST_F(CudaAttention, SparseAttentionOddShapes) {
+    check_attention(3, 48, 50, decode_lists(2, 7, 20, 30));
+    check_attention(5, 50, 60, decode_lists(4, 9, 33, 40));
+    check_attention(9, 64, 90, decode_lists(1, 16, 70, 60));
+    check_attention(12, 96, 200, decode_lists(150, 8, 40, 40));  // 150 rows x 2 groups: 8 heads per block
+    check_attention(6, 1000, 100, decode_lists(3, 20, 50, 70));
+    check_attention(16, 1000, 100, decode_lists(20, 10, 30, 60));  // 8 heads per block at the largest head dim
+    check_attention(4, 260, 100, decode_lists(2, 30, 20, 60));
+}
+
+// Every list empty: the sink is the whole denominator and the value is zero.
+TEST_F(CudaAttention, SparseAttentionEmptyListsGiveZeros) {
+    Tensor q = normal(Shape{5, 64, 512}, 1.0f), keys = normal(Shape{3, 512}, 1.0f), sinks = normal(Shape{64}, 1.0f);
+    std::vector<float> ref;
+    const std::vector<float> out = attend(q, keys, sinks, KeyLists(5), &ref);
+    EXPECT_EQ(out, ref);
+    EXPECT_EQ(out, std::vector<float>(out.size(), 0.0f));
+}
+
+// Logits far from the sink and from each other: integer inputs make the logits exact on both backends, so the
+// bound tests the online softmax alone.
+TEST_F(CudaAttention, SparseAttentionExtremeLogits) {
+    const int64_t heads = 64, d = 512, rows = 3, nkeys = 700;
+    const KeyLists lists = decode_lists(rows, 128, 512, nkeys - rows - 128);
+    Tensor keys = integers(Shape{nkeys, d}, 1, 2);
+    std::vector<float> ref;
+    struct Case {
+        int q_lo, q_hi;
+        float sink;
+        const char* what;
+    };
+    for (Case c : {Case{-1, -1, 0.0f, "logits -45 .. -22, sink 0"}, Case{3, 3, -1e4f, "logits 68 .. 136, sink -1e4"},
+                   Case{-40, 40, 0.0f, "logits spread over hundreds"}, Case{1, 1, 1e3f, "sink far above"}}) {
+        Tensor q = integers(Shape{rows, heads, d}, c.q_lo, c.q_hi);
+        Tensor sinks = Tensor::f32(Shape{heads});
+        for (int64_t h = 0; h < heads; ++h) sinks.f32()[h] = c.sink + static_cast<float>(h % 3);
+        const std::vector<float> out = attend(q, keys, sinks, lists, &ref);
+        EXPECT_LE(rel_error(out, ref), kBound) << c.what;
+    }
+}
+
+// In batch-invariant mode a row's attention is bitwise the same alone or among 8 rows (no split of its keys);
+// the indexer's scores are always.
+TEST_F(CudaAttention, BatchInvariantModeIgnoresRowCount) {
+    const int64_t rows = 8, heads = 64, d = 512, nkeys = rows + 128 + 1024;
+    const KeyLists lists = decode_lists(rows, 128, 512, 1024);
+    std::vector<int32_t> offsets = {0}, indices;
+    for (const auto& l : lists) {
+        indices.insert(indices.end(), l.begin(), l.end());
+        offsets.push_back(static_cast<int32_t>(indices.size()));
+    }
+    Tensor q = on_gpu(normal(Shape{rows, heads, d}, 1.0f)), keys = on_gpu(normal(Shape{nkeys, d}, 1.0f));
+    Tensor sinks = on_gpu(normal(Shape{heads}, 1.0f));
+    Tensor off_d = i32_on_gpu(offsets), idx_d = i32_on_gpu(indices);
+    gpu_->set_batch_invariant(true);
+    Tensor all = nan_filled(Shape{rows, heads, d}), one = nan_filled(Shape{1, heads, d});
+    gpu_->sparse_attention(all, q, keys, off_d.as<int32_t>(), idx_d.as<int32_t>(), sinks.f32(), 0.04f);
+    gpu_->sparse_attention(one, q.view().slice_rows(0, 1), keys, off_d.as<int32_t>(), idx_d.as<int32_t>(),
+                           sinks.f32(), 0.04f);
+    gpu_->set_batch_invariant(false);
+    const std::vector<float> a = download(all), b = download(one);
+    EXPECT_EQ(std::vector<float>(a.begin(), a.begin() + heads * d), b);
+
+    const int64_t t = 200, hi = 64, c = 128, entries = 1024;
+    Tensor iq = on_gpu(normal(Shape{t, hi, c}, 1.0f)), ik = on_gpu(normal(Shape{entries, c}, 1.0f));
+    Tensor iw = on_gpu(normal(Shape{t, hi}, 1.0f));
+    Tensor s_all = nan_filled(Shape{t, entries}), s_one = nan_filled(Shape{1, entries});
+    gpu_->indexer_scores(s_all, iq, ik, iw, 0.1f);
+    gpu_->indexer_scores(s_one, iq.view().slice_rows(7, 8), ik, iw.view().slice_rows(7, 8), 0.1f);
+    const std::vector<float> sa = download(s_all), so = download(s_one);
+    EXPECT_EQ(std::vector<float>(sa.begin() + 7 * entries, sa.begin() + 8 * entries), so);
+}
+
+// V4-Flash indexer (64 heads x 128) and odd ones, from no entries to more than a tile row can hold.
+TEST_F(CudaAttention, IndexerScoresShapes) {
+    struct HeadShape {
+        int64_t heads, c;
+    };
+    for (int64_t t : {1, 8, 200})
+        for (HeadShape h : {HeadShape{64, 128}, HeadShape{16, 48}, HeadShape{3, 32}, HeadShape{5, 30}})
+            for (int64_t entries : {0, 1, 5, 1024, 5000}) check_indexer(t, h.heads, h.c, entries);
+    check_indexer(1, 64, 128, 16384);  // long context at decode
+}
+
+}  // namespace
+}  // namespace deepinfer

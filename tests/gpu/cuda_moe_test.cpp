@@ -1,0 +1,198 @@
+// The CUDA MoE ops against the CPU ops: routing (moe_route) and the routed experts' products (expert_linear).
+// Expert ids must match exactly. The CUDA exp/log1p are not glibc's (a few ulps apart), so the routing weights
+// are held to the fp32 bound; the logits and biases lie on coarse grids, so two experts either tie exactly (on
+// both backends alike, broken toward the lower id) or differ far beyond those ulps and never swap.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "cuda_test_support.h"
+#include "support/npy_compare.h"
+
+namespace deepinfer {
+namespace {
+
+using testing_support::HostWeight;
+using testing_support::make_weight;
+using testing_support::rel_error;
+
+constexpr double kBound = 1e-5;
+
+class CudaMoe : public testing_support::CudaCompare {
+public:
+    CudaMoe() : CudaCompare("tiled") {}
+
+protected:
+    // Values on a grid of `step` (exact in fp32; equal values are common when the grid is coarse).
+    std::vector<float> grid(int64_t n, float std, float step) {
+        std::vector<float> v = randn(n, std);
+        for (float& x : v) x = std::round(x / step) * step;
+        return v;
+    }
+    Tensor i32_host(const std::vector<int32_t>& v) {
+        Tensor t(DType::kI32, Shape{static_cast<int64_t>(v.size())});
+        std::memcpy(t.as<int32_t>(), v.data(), v.size() * 4);
+        return t;
+    }
+    std::vector<int32_t> fetch_i32(const Tensor& t) {
+        std::vector<int32_t> v(t.numel());
+        gpu_->download(v.data(), t);
+        return v;
+    }
+    // K distinct expert ids per token, as a router picks them.
+    std::vector<int32_t> distinct_ids(int64_t tokens, int64_t e, int64_t k) {
+        std::vector<int32_t> ids, all(e);
+        std::iota(all.begin(), all.end(), 0);
+        for (int64_t t = 0; t < tokens; ++t) {
+            std::shuffle(all.begin(), all.end(), rng_);
+            ids.insert(ids.end(), all.begin(), all.begin() + k);
+        }
+        return ids;
+    }
+
+    // E fresh experts [n, kin] in `format` (see make_weight), on the host and on the device.
+    struct Experts {
+        std::vector<HostWeight> hw;
+        std::vector<LinearWeight> host, dev;
+    };
+    Experts make_experts(int format, int64_t e, int64_t n, int64_t kin) {
+        Experts x;
+        for (int64_t i = 0; i < e; ++i) x.hw.push_back(make_weight(rng_, format, n, kin));
+        for (const HostWeight& h : x.hw) {
+            x.host.push_back(h.w);
+            x.dev.push_back(to_backend(*gpu_, h.w, &storage_));
+        }
+        return x;
+    }
+
+    void check_route(int64_t rows, int64_t e, int k, ScoringFunc scoring, bool hash, float temp);
+    void check_experts(const Experts& w, const std::vector<int32_t>& ids, int rows_per_input);
+};
+
+void CudaMoe::check_route(int64_t rows, int64_t e, int k, ScoringFunc scoring, bool hash, float temp) {
+    const bool ties = rng_() % 2 == 0;  // a coarse grid and no bias: many exact ties
+    Tensor logits = host(grid(rows * e, 1.5f, ties ? 0.25f : 1.0f / 64), Shape{rows, e});
+    Tensor bias = host(ties ? std::vector<float>(e, 0.0f) : grid(e, 0.5f, 0.25f), Shape{e});
+    const int64_t vocab = 50;
+    Tensor tid2eid = i32_host(distinct_ids(vocab, e, k));
+    std::vector<int32_t> token_ids(rows);
+    for (int32_t& t : token_ids) t = static_cast<int32_t>(rng_() % vocab);
+    Tensor tokens = i32_host(token_ids);
+
+    MoeRouting r;
+    r.scoring = scoring;
+    r.gate_temp = temp;
+    r.k = k;
+    r.routed_scaling = 2.5f;
+    Tensor logits_d = device(logits), bias_d = device(bias), tid2eid_d = device(tid2eid), tokens_d = device(tokens);
+    if (hash) r.tid2eid = tid2eid.as<int32_t>(), r.tokens = tokens.as<int32_t>(), r.vocab = vocab;
+    else r.bias = bias.f32();
+    Tensor experts(DType::kI32, Shape{rows, k}), weights(DType::kF32, Shape{rows, k});
+    cpu_->moe_route(experts, weights, logits, r);
+
+    if (hash) r.tid2eid = tid2eid_d.as<int32_t>(), r.tokens = tokens_d.as<int32_t>();
+    else r.bias = bias_d.f32();
+    Tensor experts_d = gpu_->alloc(DType::kI32, Shape{rows, k}), weights_d = poisoned(Shape{rows, k});
+    gpu_->moe_route(experts_d, weights_d, logits_d, r);
+    const std::vector<int32_t> ref(experts.as<int32_t>(), experts.as<int32_t>() + rows * k);
+    EXPECT_EQ(fetch_i32(experts_d), ref) << "rows " << rows << " experts " << e << " k " << k << " scoring "
+                                         << static_cast<int>(scoring) << " hash " << hash << " ties " << ties;
+    EXPECT_LE(rel_error(fetch(weights_d), values(weights)), kBound)
+        << "rows " << rows << " experts " << e << " k " << k << " scoring " << static_cast<int>(scoring);
+}
+
+// Every row count up to 64, E = 8 and 256, k = 2 and 6, each scoring function, hash and score routing, with and
+// without a gate temperature.
+TEST_F(CudaMoe, RouteMatchesCpu) {
+    for (int64_t e : {8, 256}) {
+        for (int k : {2, 6}) {
+            for (ScoringFunc scoring : {ScoringFunc::kSqrtSoftplus, ScoringFunc::kSoftmax, ScoringFunc::kSigmoid}) {
+                for (bool hash : {false, true}) {
+                    for (int64_t rows = 1; rows <= 64; ++rows)
+                        check_route(rows, e, k, scoring, hash, rows % 3 == 0 ? 0.5f : 1.0f);
+                }
+            }
+        }
+    }
+}
+
+// Rows routed by `ids` on both backends.
+void CudaMoe::check_experts(const Experts& w, const std::vector<int32_t>& ids, int rows_per_input) {
+    const int64_t rows = static_cast<int64_t>(ids.size()), inputs = rows / rows_per_input;
+    const int64_t n = w.host[0].rows, kin = w.host[0].cols;
+    Tensor x = host(randn(inputs * kin), Shape{inputs, kin}), ids_h = i32_host(ids);
+    Tensor ref = Tensor::f32(Shape{rows, n});
+    cpu_->expert_linear(ref, x, ids_h, w.host, rows_per_input);
+    Tensor out = poisoned(Shape{rows, n}), xd = device(x), ids_d = device(ids_h);
+    gpu_->expert_linear(out, xd, ids_d, w.dev, rows_per_input);
+    EXPECT_LE(rel_error(fetch(out), values(ref)), kBound)
+        << "experts " << w.host.size() << " rows " << rows << " per input " << rows_per_input << " [" << n << ", "
+        << kin << "]";
+}
+
+// Every weight format, rows 1..64, E = 8 (many rows per expert: several passes) and 256, the first products'
+// mapping (k slots per input row, k = 2 and 6) and the down product's (a row per input). n = 72 ends in a partial
+// tile; kin = 256 is 2 FP8 scale blocks of 128 and 8 FP4 groups.
+TEST_F(CudaMoe, ExpertLinearMatchesCpu) {
+    for (int format = 0; format < 7; ++format) {
+        for (int64_t e : {8, 256}) {
+            const Experts w = make_experts(format, e, 72, 256);
+            for (int k : {2, 6}) {
+                for (int64_t rows = 1; rows <= 64; ++rows) {
+                    SCOPED_TRACE("format " + std::to_string(format));
+                    if (rows % k == 0) check_experts(w, distinct_ids(rows / k, e, k), k);
+                    std::vector<int32_t> any(rows);
+                    for (int32_t& id : any) id = static_cast<int32_t>(rng_() % e);
+                    if (k == 2) check_experts(w, any, 1);
+                }
+            }
+        }
+    }
+}
+
+// A V4-Flash expert (width 2048, hidden 4096) in the release formats at decode's row counts, one expert shared by
+// every row (16 passes), and layouts the streaming kernel does not take (K not a whole number of 16-byte chunks).
+TEST_F(CudaMoe, ExpertLinearModelShapesAndOddLayouts) {
+    for (int format : {4, 6}) {
+        SCOPED_TRACE("format " + std::to_string(format));
+        const Experts w1 = make_experts(format, 8, 2048, 4096), w2 = make_experts(format, 8, 4096, 2048);
+        check_experts(w1, distinct_ids(1, 8, 6), 6);
+        check_experts(w1, distinct_ids(8, 8, 6), 6);
+        check_experts(w2, distinct_ids(1, 8, 6), 1);
+        check_experts(w2, distinct_ids(8, 8, 6), 1);
+    }
+    check_experts(make_experts(4, 4, 200, 512), std::vector<int32_t>(64, 3), 1);
+    check_experts(make_experts(2, 4, 50, 100), {0, 3, 3, 1, 2, 0}, 2);  // FP8 with K = 100
+    check_experts(make_experts(0, 4, 33, 50), {2, 2, 1}, 1);            // F32 with K = 50
+}
+
+// A row's product does not depend on the other rows; an expert id outside the list gives a NaN row.
+TEST_F(CudaMoe, ExpertLinearRowsAreIndependentAndBadIdsAreNaN) {
+    const int64_t n = 96, kin = 512;
+    const Experts w = make_experts(4, 8, n, kin);
+    std::vector<int32_t> ids = {5, 1, 5, 5, 7, 5, 5, 0, 5, 5, 2, 5};
+    const int64_t rows = static_cast<int64_t>(ids.size());
+    Tensor x = host(randn(rows * kin), Shape{rows, kin}), xd = device(x);
+    Tensor ids_d = device(i32_host(ids)), all = poisoned(Shape{rows, n});
+    gpu_->expert_linear(all, xd, ids_d, w.dev, 1);
+    const std::vector<float> a = fetch(all);
+    for (int64_t r = 0; r < rows; ++r) {
+        Tensor one = poisoned(Shape{1, n}), id1 = device(i32_host({ids[r]}));
+        gpu_->expert_linear(one, xd.view().slice_rows(r, r + 1), id1, w.dev, 1);
+        EXPECT_EQ(fetch(one), std::vector<float>(a.begin() + r * n, a.begin() + (r + 1) * n)) << "row " << r;
+    }
+
+    Tensor bad_ids = device(i32_host({1, 8, -1, 1})), bad = poisoned(Shape{4, n});
+    gpu_->expert_linear(bad, xd.view().slice_rows(0, 4), bad_ids, w.dev, 1);
+    const std::vector<float> b = fetch(bad);
+    for (int64_t r = 0; r < 4; ++r)
+        for (int64_t i = 0; i < n; ++i)
+            EXPECT_EQ(std::isnan(b[r * n + i]), r == 1 || r == 2) << "row " << r << " feature " << i;
+}
+
+}  // namespace
+}  // namespace deepinfer

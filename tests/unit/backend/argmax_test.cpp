@@ -1,0 +1,63 @@
+// Backend::argmax_rows on the CPU backend: the host sampler's greedy choice (lowest index on ties, NaN
+// entries skipped) and -1 exactly where the host sampler reports an error (NaN first logit, all masked).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "sample/sampler.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<int32_t> argmax_rows(const std::vector<std::vector<float>>& rows) {
+    auto be = create_backend("cpu", 1);
+    const int64_t v = static_cast<int64_t>(rows[0].size());
+    Tensor logits = Tensor::f32(Shape{static_cast<int64_t>(rows.size()), v});
+    for (size_t r = 0; r < rows.size(); ++r) std::copy(rows[r].begin(), rows[r].end(), logits.f32() + r * v);
+    Tensor ids(DType::kI32, Shape{static_cast<int64_t>(rows.size())});
+    be->argmax_rows(ids, logits);
+    return std::vector<int32_t>(ids.view().as<int32_t>(), ids.view().as<int32_t>() + rows.size());
+}
+
+TEST(ArgmaxRows, TiesNanAndMaskedRows) {
+    const std::vector<int32_t> ids = argmax_rows({
+        {1, 5, 5, 2},           // tie: the lower index
+        {-kInf, 3, kNaN, 7},    // NaN skipped
+        {kNaN, 1, 2, 3},        // NaN first: the host sampler's error
+        {-kInf, -kInf, -kInf, -kInf},  // all masked
+        {-kInf, kNaN, -kInf, -kInf},   // masked and NaN
+        {-5, -kInf, -4, -4},
+    });
+    EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, -1, -1, -1, 2}));
+}
+
+TEST(ArgmaxRows, AgreesWithTheHostSampler) {
+    std::mt19937 rng(3);
+    std::vector<std::vector<float>> rows(50, std::vector<float>(300));
+    for (auto& row : rows)
+        for (float& x : row) {
+            const unsigned u = rng() % 100;
+            x = u < 3 ? kNaN : u < 20 ? -kInf : static_cast<float>(rng() % 40);  // many ties
+        }
+    const std::vector<int32_t> ids = argmax_rows(rows);
+    for (size_t r = 0; r < rows.size(); ++r) {
+        int32_t host = -1;
+        try {
+            host = argmax(std::span<const float>(rows[r]));
+        } catch (const std::exception&) {
+            host = -1;
+        }
+        EXPECT_EQ(ids[r], host) << "row " << r;
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
