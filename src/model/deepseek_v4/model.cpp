@@ -196,40 +196,81 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch, bool o
     return be.is_host() || on_backend ? std::move(logits) : to_host(be, logits);
 }
 
-// Emits the compressed entries whose windows close inside this chunk, then stores the chunk's projections
-// in the ring. kv, gate: [T, width] projections of all rows (this sequence's rows are used).
-void DeepseekV4Model::compress(int layer, const Rows& rows, size_t seq, bool indexer, TensorView kv, TensorView gate,
-                               StepArrays& arrays) {
+// Rows of a [T, width] step tensor copied to addresses (ring rows): from one contiguous range of rows when the
+// batch has one sequence, else through their addresses.
+struct DeepseekV4Model::KeptRows {
+    int64_t count = 0;
+    int64_t first = -1;       // contiguous: rows [first, first + count); else -1
+    StepArrays::Handle src;   // [count] source row addresses (when not contiguous)
+    StepArrays::Handle dst;   // [count] destination row addresses
+};
+
+// The compressor's work for one step, over every sequence of the batch: the entries whose windows close
+// inside the step (their pooling slots' rows, gathered by address), and the projections kept in the rings.
+struct DeepseekV4Model::CompressPlan {
+    int64_t count = 0, slots = 0;  // new entries (all sequences), pooling slots per entry
+    StepArrays::Handle kv_src, gate_src, ape_src;  // [count * slots] row addresses
+    StepArrays::Handle entry_pos, entry_dst;       // [count] entry positions (for RoPE), entry row addresses
+    KeptRows ring_kv, ring_gate;                   // this step's projections that go into the rings
+};
+
+DeepseekV4Model::KeptRows DeepseekV4Model::plan_kept_rows(const std::vector<float*>& src, const std::vector<float*>& dst,
+                                                          const float* base, int64_t width, StepArrays& arrays) {
+    KeptRows k;
+    k.count = static_cast<int64_t>(src.size());
+    if (k.count == 0) return k;
+    const int64_t first = (src[0] - base) / width;
+    bool contiguous = true;
+    for (int64_t i = 0; i < k.count && contiguous; ++i) contiguous = src[i] == base + (first + i) * width;
+    if (contiguous) k.first = first;
+    else k.src = arrays.stage_rows(src);
+    k.dst = arrays.stage_rows(dst);
+    return k;
+}
+
+void DeepseekV4Model::copy_kept_rows(const KeptRows& k, TensorView src, StepArrays& arrays) {
+    if (k.count == 0) return;
+    if (k.first >= 0) {
+        backend_.scatter_rows(arrays.view(k.dst), src.slice_rows(k.first, k.first + k.count));
+        return;
+    }
+    Tensor rows = backend_.alloc(DType::kF32, Shape{k.count, src.dim(1)});
+    backend_.gather_rows(rows, arrays.view(k.src));
+    backend_.scatter_rows(arrays.view(k.dst), rows);
+}
+
+// Host side: the slot rows of the entries that close in this step and the ring rows to keep, for every
+// sequence. kv, gate: [T, width] projections of all rows.
+DeepseekV4Model::CompressPlan DeepseekV4Model::plan_compress(int layer, const Rows& rows, bool indexer, TensorView kv,
+                                                             TensorView gate, StepArrays& arrays) {
     const DeepseekV4Config& c = config_;
-    Backend& be = backend_;
-    const Rows::Seq& s = rows.seqs[seq];
     const LayerWeights& L = weights_.layers[layer];
     const CompressorWeights& w = indexer ? L.indexer.compressor : L.compressor;
-    CompressorState& st = indexer ? s.state->layers[layer].indexer : s.state->layers[layer].compressor;
     const bool overlap = c.attn[layer] == AttnKind::kCsa;
     const int64_t m = c.compress_ratio[layer];
     const int64_t cdim = indexer ? c.index_head_dim : c.head_dim;
     const int64_t width = overlap ? 2 * cdim : cdim;
-    const int64_t ring = st.rows.dim(0);
-    const int64_t p0 = s.pos0, end = s.pos0 + s.n;
-    float* ring_rows = st.rows.f32();  // [ring, 2 * width]: kv then gate
-    // Address of a position's kv (gate) projection: this chunk's rows, or the ring for earlier positions.
-    auto kv_at = [&](int64_t pos) {
-        return pos >= p0 ? kv.f32() + (s.row0 + pos - p0) * width : ring_rows + (pos % ring) * 2 * width;
-    };
-    auto gate_at = [&](int64_t pos) {
-        return pos >= p0 ? gate.f32() + (s.row0 + pos - p0) * width : ring_rows + (pos % ring) * 2 * width + width;
-    };
-
-    const int64_t first = p0 / m, last = end / m;  // new entries [first, last)
-    if (last > first) {
-        const int64_t count = last - first, slots = overlap ? 2 * m : m;
-        std::vector<float*> kv_src, gate_src, ape_src;
-        std::vector<int32_t> entry_pos(count);
-        for (int64_t e = 0; e < count; ++e) {
-            const int64_t win = first + e;
-            entry_pos[e] = static_cast<int32_t>(win * m);
-            for (int64_t slot = 0; slot < slots; ++slot) {
+    CompressPlan plan;
+    plan.slots = overlap ? 2 * m : m;
+    std::vector<float*> kv_src, gate_src, ape_src, entry_dst, kv_keep, gate_keep, kv_ring, gate_ring;
+    std::vector<int32_t> entry_pos;
+    for (const Rows::Seq& s : rows.seqs) {
+        if (s.n == 0) continue;
+        CompressorState& st = indexer ? s.state->layers[layer].indexer : s.state->layers[layer].compressor;
+        const int64_t ring = st.rows.dim(0);
+        const int64_t p0 = s.pos0, end = s.pos0 + s.n;
+        float* ring_rows = st.rows.f32();  // [ring, 2 * width]: kv then gate
+        // Address of a position's kv (gate) projection: this step's rows, or the ring for earlier positions.
+        auto kv_at = [&](int64_t pos) {
+            return pos >= p0 ? kv.f32() + (s.row0 + pos - p0) * width : ring_rows + (pos % ring) * 2 * width;
+        };
+        auto gate_at = [&](int64_t pos) {
+            return pos >= p0 ? gate.f32() + (s.row0 + pos - p0) * width : ring_rows + (pos % ring) * 2 * width + width;
+        };
+        for (int64_t win = p0 / m; win < end / m; ++win) {  // the windows that close in this step
+            entry_pos.push_back(static_cast<int32_t>(win * m));
+            entry_dst.push_back(st.entries->row(win));
+            for (int64_t slot = 0; slot < plan.slots; ++slot) {
                 // CSA: slots [0, m) pool the previous window's first series (Ca), [m, 2m) the current
                 // window's second (Cb); HCA: the current window's only series.
                 const bool previous = overlap && slot < m;
@@ -246,38 +287,58 @@ void DeepseekV4Model::compress(int layer, const Rows& rows, size_t seq, bool ind
                 ape_src.push_back(w.ape.f32() + j * width + off);
             }
         }
-        const Shape slot_shape{count, slots, cdim};
+        // Keep the last `ring` positions' projections for later steps.
+        for (int64_t pos = std::max(p0, end - ring); pos < end; ++pos) {
+            kv_keep.push_back(kv_at(pos));
+            gate_keep.push_back(gate_at(pos));
+            kv_ring.push_back(ring_rows + (pos % ring) * 2 * width);
+            gate_ring.push_back(ring_rows + (pos % ring) * 2 * width + width);
+        }
+    }
+    plan.count = static_cast<int64_t>(entry_pos.size());
+    if (plan.count) {
+        plan.kv_src = arrays.stage_rows(kv_src);
+        plan.gate_src = arrays.stage_rows(gate_src);
+        plan.ape_src = arrays.stage_rows(ape_src);
+        plan.entry_pos = arrays.stage_i32(entry_pos);
+        plan.entry_dst = arrays.stage_rows(entry_dst);
+    }
+    plan.ring_kv = plan_kept_rows(kv_keep, kv_ring, kv.f32(), width, arrays);
+    plan.ring_gate = plan_kept_rows(gate_keep, gate_ring, gate.f32(), width, arrays);
+    return plan;
+}
+
+// Device side: pools, normalises and rotates the new entries into their rows, then stores the kept
+// projections in the rings (after the pooling, which may read ring rows that this step overwrites).
+void DeepseekV4Model::run_compress(int layer, const CompressPlan& plan, bool indexer, TensorView kv, TensorView gate,
+                                   StepArrays& arrays) {
+    const DeepseekV4Config& c = config_;
+    Backend& be = backend_;
+    const LayerWeights& L = weights_.layers[layer];
+    const CompressorWeights& w = indexer ? L.indexer.compressor : L.compressor;
+    const int64_t cdim = indexer ? c.index_head_dim : c.head_dim;
+    if (plan.count) {
+        const Shape slot_shape{plan.count, plan.slots, cdim};
         Tensor slot_kv = be.alloc(DType::kF32, slot_shape), slot_gate = be.alloc(DType::kF32, slot_shape),
                slot_ape = be.alloc(DType::kF32, slot_shape);
-        be.gather_rows(slot_kv, arrays.rows(kv_src));
-        be.gather_rows(slot_gate, arrays.rows(gate_src));
-        be.gather_rows(slot_ape, arrays.rows(ape_src));
+        be.gather_rows(slot_kv, arrays.view(plan.kv_src));
+        be.gather_rows(slot_gate, arrays.view(plan.gate_src));
+        be.gather_rows(slot_ape, arrays.view(plan.ape_src));
         be.add(slot_gate, slot_ape);
-        Tensor pooled = be.alloc(DType::kF32, Shape{count, 1, cdim});
+        Tensor pooled = be.alloc(DType::kF32, Shape{plan.count, 1, cdim});
         be.gated_pool(pooled, slot_kv, slot_gate);
         be.rms_norm(pooled, pooled, w.norm.f32(), c.rms_eps);
-        be.rope(pooled, arrays.i32(entry_pos).as<int32_t>(), compress_inv_freq_.f32(), c.compress_rope.dim,
+        be.rope(pooled, arrays.view(plan.entry_pos).as<int32_t>(), compress_inv_freq_.f32(), c.compress_rope.dim,
                 static_cast<float>(c.compress_rope.attention_factor), false);
-        std::vector<float*> dst(count);
-        for (int64_t e = 0; e < count; ++e) dst[e] = st.entries->row(first + e);
-        be.scatter_rows(arrays.rows(dst), pooled);
+        be.scatter_rows(arrays.view(plan.entry_dst), pooled);
     }
-    // Keep the last `ring` positions' projections for later chunks.
-    std::vector<float*> kv_dst, gate_dst;
-    for (int64_t pos = std::max(p0, end - ring); pos < end; ++pos) {
-        kv_dst.push_back(ring_rows + (pos % ring) * 2 * width);
-        gate_dst.push_back(ring_rows + (pos % ring) * 2 * width + width);
-    }
-    if (kv_dst.empty()) return;
-    const int64_t keep = static_cast<int64_t>(kv_dst.size()), from = s.row0 + s.n - keep;
-    be.scatter_rows(arrays.rows(kv_dst), kv.slice_rows(from, from + keep));
-    be.scatter_rows(arrays.rows(gate_dst), gate.slice_rows(from, from + keep));
+    copy_kept_rows(plan.ring_kv, kv, arrays);
+    copy_kept_rows(plan.ring_gate, gate, arrays);
 }
 
 void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, TensorView out) {
     const DeepseekV4Config& c = config_;
     Backend& be = backend_;
-    StepArrays arrays(be);
     const LayerWeights& L = weights_.layers[layer];
     const AttnKind kind = c.attn[layer];
     const RopeSpec& rope = c.rope_for_layer(layer);
@@ -324,74 +385,99 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         be.scale(iw, 1.0f / std::sqrt(static_cast<float>(hi)));
     }
 
-    Tensor o = alloc(Shape{T, H, d});
-    for (size_t si = 0; si < rows.seqs.size(); ++si) {
-        const Rows::Seq& s = rows.seqs[si];
+    // Host side, for every sequence at once (one upload for the layer): the compressors' plans, each query's
+    // key list over one key table that concatenates the sequences' tables (window rows before the step, the
+    // step's rows, then the compressed entries), and the rows the window ring keeps.
+    StepArrays arrays(be);
+    CompressPlan main_plan, index_plan;
+    if (L.has_compressor) main_plan = plan_compress(layer, rows, false, ckv, cgate, arrays);
+    if (L.has_indexer) index_plan = plan_compress(layer, rows, true, ikv, igate, arrays);
+    struct CsaSeq {  // a sequence whose queries pick compressed entries with the indexer
+        int64_t row0, n, entries, index_key0, query0;  // query0: its first row in csa_starts / csa_limits
+        int32_t base;                                  // its first entry's index in the key table
+    };
+    std::vector<CsaSeq> csa;
+    std::vector<float*> key_rows, index_key_rows, window_keep, window_dst;
+    std::vector<int32_t> offsets{0}, indices, csa_starts, csa_limits;
+    const int64_t m = c.compress_ratio[layer];
+    for (const Rows::Seq& s : rows.seqs) {
         if (s.n == 0) continue;
         LayerState& st = s.state->layers[layer];
-        if (L.has_compressor) compress(layer, rows, si, false, ckv, cgate, arrays);
-        if (L.has_indexer) compress(layer, rows, si, true, ikv, igate, arrays);
-
-        // Key table: window rows before the chunk, the chunk's rows, then the compressed entries.
         const int64_t p0 = s.pos0, end = s.pos0 + s.n;
-        const int64_t m = c.compress_ratio[layer];
         const int64_t prev = std::min<int64_t>(p0, W - 1);
         const int64_t entries = L.has_compressor ? end / m : 0;
         const int64_t ring = st.window.dim(0);
-        std::vector<float*> key_rows;
+        const int32_t key0 = static_cast<int32_t>(key_rows.size());  // this sequence's table in the key table
         for (int64_t p = p0 - prev; p < p0; ++p) key_rows.push_back(st.window.f32() + (p % ring) * d);
         for (int64_t t = 0; t < s.n; ++t) key_rows.push_back(kv.f32() + (s.row0 + t) * d);
         for (int64_t e = 0; e < entries; ++e) key_rows.push_back(st.compressor.entries->row(e));
-        Tensor keys = alloc(Shape{prev + s.n + entries, d});
-        be.gather_rows(keys, arrays.rows(key_rows));
-
-        // CSA: the indexer scores every entry for every query of the chunk.
-        Tensor scores;
-        if (L.has_indexer && entries) {
-            std::vector<float*> key_src(entries);
-            for (int64_t e = 0; e < entries; ++e) key_src[e] = st.indexer.entries->row(e);
-            Tensor index_keys = alloc(Shape{entries, c.index_head_dim});
-            be.gather_rows(index_keys, arrays.rows(key_src));
-            scores = alloc(Shape{s.n, entries});
-            be.indexer_scores(scores, iq.view().slice_rows(s.row0, s.row0 + s.n), index_keys,
-                              iw.view().slice_rows(s.row0, s.row0 + s.n),
-                              1.0f / std::sqrt(static_cast<float>(c.index_head_dim)));
-            if (si == 0) dump(be, "l" + std::to_string(layer) + ".index_scores", scores);
+        const int32_t entry0 = static_cast<int32_t>(key0 + prev + s.n);
+        if (kind == AttnKind::kCsa && entries) {
+            csa.push_back({s.row0, s.n, entries, static_cast<int64_t>(index_key_rows.size()),
+                           static_cast<int64_t>(csa_starts.size()), entry0});
+            for (int64_t e = 0; e < entries; ++e) index_key_rows.push_back(st.indexer.entries->row(e));
         }
         // Each query's key list: its window rows, then the compressed entries it sees (HCA: all of them; CSA:
         // slots that indexer_select fills on the device with the top index_topk, in entry order).
-        std::vector<int32_t> offsets(s.n + 1, 0), indices, csa_starts, csa_limits;
         for (int64_t t = 0; t < s.n; ++t) {
             const int64_t p = p0 + t;
             for (int64_t kp = std::max<int64_t>(0, p - W + 1); kp <= p; ++kp)
-                indices.push_back(static_cast<int32_t>(kp < p0 ? kp - (p0 - prev) : prev + kp - p0));
+                indices.push_back(static_cast<int32_t>(key0 + (kp < p0 ? kp - (p0 - prev) : prev + kp - p0)));
             const int64_t visible = L.has_compressor ? (p + 1) / m : 0;
             if (kind == AttnKind::kHca) {
-                for (int64_t e = 0; e < visible; ++e) indices.push_back(static_cast<int32_t>(prev + s.n + e));
-            } else if (kind == AttnKind::kCsa) {
+                for (int64_t e = 0; e < visible; ++e) indices.push_back(static_cast<int32_t>(entry0 + e));
+            } else if (kind == AttnKind::kCsa && entries) {
                 csa_starts.push_back(static_cast<int32_t>(indices.size()));
                 csa_limits.push_back(static_cast<int32_t>(visible));
                 indices.resize(indices.size() + std::min<int64_t>(visible, c.index_topk), -1);
             }
-            offsets[t + 1] = static_cast<int32_t>(indices.size());
+            offsets.push_back(static_cast<int32_t>(indices.size()));
         }
-        const TensorView key_list = arrays.i32(indices);
-        if (kind == AttnKind::kCsa && entries) {
-            be.indexer_select(key_list, arrays.i32(csa_starts), scores, arrays.i32(csa_limits), c.index_topk,
-                              static_cast<int32_t>(prev + s.n));
-            if (si == 0 && debug_dump_enabled()) dump_indexer_picks(layer, to_host(be, key_list), offsets, csa_starts,
-                                                                     static_cast<int32_t>(prev + s.n), c.index_topk);
+        // Remember this step's K=V rows.
+        for (int64_t p = std::max(p0, end - ring); p < end; ++p) {
+            window_keep.push_back(kv.f32() + (s.row0 + p - p0) * d);
+            window_dst.push_back(st.window.f32() + (p % ring) * d);
         }
-        be.sparse_attention(o.view().slice_rows(s.row0, s.row0 + s.n), q.view().slice_rows(s.row0, s.row0 + s.n),
-                            keys, arrays.i32(offsets).as<int32_t>(), key_list.as<int32_t>(), L.attn_sink.f32(),
-                            1.0f / std::sqrt(static_cast<float>(d)));
-
-        // Remember this chunk's K=V rows.
-        std::vector<float*> dst;
-        for (int64_t p = std::max(p0, end - ring); p < end; ++p) dst.push_back(st.window.f32() + (p % ring) * d);
-        const int64_t keep = static_cast<int64_t>(dst.size());
-        be.scatter_rows(arrays.rows(dst), kv.view().reshape(Shape{T, d}).slice_rows(s.row0 + s.n - keep, s.row0 + s.n));
     }
+    const StepArrays::Handle key_rows_h = arrays.stage_rows(key_rows), index_rows_h = arrays.stage_rows(index_key_rows);
+    const StepArrays::Handle offsets_h = arrays.stage_i32(offsets), indices_h = arrays.stage_i32(indices);
+    const StepArrays::Handle starts_h = arrays.stage_i32(csa_starts), limits_h = arrays.stage_i32(csa_limits);
+    const KeptRows window_rows = plan_kept_rows(window_keep, window_dst, kv.f32(), d, arrays);
+    arrays.upload_staged();
+
+    // Device side: new compressed entries first (the key table reads them), then keys, selection, attention.
+    if (L.has_compressor) run_compress(layer, main_plan, false, ckv, cgate, arrays);
+    if (L.has_indexer) run_compress(layer, index_plan, true, ikv, igate, arrays);
+    Tensor keys = alloc(Shape{static_cast<int64_t>(key_rows.size()), d});
+    be.gather_rows(keys, arrays.view(key_rows_h));
+    const TensorView key_list = arrays.view(indices_h);
+    if (!csa.empty()) {
+        // The indexer scores each sequence's entries for its queries and fills their CSA slots with the top ones.
+        Tensor index_keys = alloc(Shape{static_cast<int64_t>(index_key_rows.size()), c.index_head_dim});
+        be.gather_rows(index_keys, arrays.view(index_rows_h));
+        const TensorView starts = arrays.view(starts_h), limits = arrays.view(limits_h);
+        for (size_t i = 0; i < csa.size(); ++i) {
+            const CsaSeq& q = csa[i];
+            Tensor scores = alloc(Shape{q.n, q.entries});
+            be.indexer_scores(scores, iq.view().slice_rows(q.row0, q.row0 + q.n),
+                              index_keys.view().slice_rows(q.index_key0, q.index_key0 + q.entries),
+                              iw.view().slice_rows(q.row0, q.row0 + q.n),
+                              1.0f / std::sqrt(static_cast<float>(c.index_head_dim)));
+            be.indexer_select(key_list, starts.slice_rows(q.query0, q.query0 + q.n), scores,
+                              limits.slice_rows(q.query0, q.query0 + q.n), c.index_topk, q.base);
+            if (i == 0 && q.row0 == 0) {
+                dump(be, "l" + std::to_string(layer) + ".index_scores", scores);
+                if (debug_dump_enabled())
+                    dump_indexer_picks(layer, to_host(be, key_list), offsets,
+                                       std::vector<int32_t>(csa_starts.begin(), csa_starts.begin() + q.n), q.base,
+                                       c.index_topk);
+            }
+        }
+    }
+    Tensor o = alloc(Shape{T, H, d});
+    be.sparse_attention(o, q, keys, arrays.view(offsets_h).as<int32_t>(), key_list.as<int32_t>(),
+                        L.attn_sink.f32(), 1.0f / std::sqrt(static_cast<float>(d)));
+    copy_kept_rows(window_rows, kv.view().reshape(Shape{T, d}), arrays);
 
     // Undo the rotation that V (= K) carried into the output, then the grouped low-rank projection.
     be.rope(o, pos, inv_freq, rope.dim, af, true);
