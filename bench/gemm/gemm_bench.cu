@@ -1,8 +1,12 @@
-// Prefill GEMM micro-benchmark: the products of DeepSeek-V4-Flash at prefill row counts, on the tensor-core
-// kernel (launch_gemm_tc, as the backend calls it outside batch-invariant mode) and on the fp32 tiled kernel it
-// replaces, timed with CUDA events. Weights rotate through enough copies to exceed the 50 MB L2. Prints us per
-// call, TFLOP/s (2 T N K / time), its share of --tflops (the measured bf16 dense rate), the tiled kernel's time
-// and the relative difference of the two outputs (bf16 activations against fp32: ~1e-3 expected).
+// Prefill GEMM micro-benchmark: the products of DeepSeek-V4-Flash at prefill row counts on the three kernels the
+// backend can pick for more than 8 rows, timed with CUDA events: the fp32 tiled kernel (launch_gemm), the
+// tensor-core kernel (launch_gemm_tc, with split-K as outside batch-invariant mode) and cuBLAS (CublasGemm::run,
+// its whole call: x to bf16, the weight's dequantization into the bf16 scratch, the GEMMs). The dequantization
+// alone is timed too (0 for BF16 weights, read in place). Weights rotate through enough copies to exceed the
+// 50 MB L2. Prints us per call, TFLOP/s (2 T N K / time), the faster bf16 kernel's share of --tflops (the
+// measured bf16 dense rate), and the relative differences of the tc and cuBLAS outputs from the tiled one (bf16
+// activations against fp32: ~1e-3 expected; from each other without --tiled). The rows where cuBLAS starts to
+// win set kCublasMinRows (kernels.h).
 //   gemm_bench [--tflops 757] [--ms 200] [--no-tiled]
 #include <cuda_runtime.h>
 
@@ -11,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/kernels.h"
@@ -86,11 +91,24 @@ Weight make_weight(const Case& c, uint32_t seed) {
 
 using Launch = void (*)(float*, const float*, int64_t, const WeightDesc&);
 
+std::unique_ptr<deepinfer::cuda::CublasGemm> g_cublas;  // on the legacy default stream, like the launches below
+uint16_t* g_scratch = nullptr;                          // [kCublasScratchBytes] bf16, for dequantize()
+
 void tc(float* out, const float* x, int64_t rows, const WeightDesc& d) {
     deepinfer::cuda::launch_gemm_tc(out, d.rows, x, d.cols, rows, d, 0, d.rows, true, nullptr);
 }
 void tiled(float* out, const float* x, int64_t rows, const WeightDesc& d) {
     deepinfer::cuda::launch_gemm(out, d.rows, x, d.cols, rows, d, 0, d.rows, nullptr);
+}
+void cublas(float* out, const float* x, int64_t rows, const WeightDesc& d) {
+    g_cublas->run(out, d.rows, x, d.cols, rows, d, 0, d.rows);
+}
+// The cuBLAS path's dequantization of the whole weight, in scratch-sized chunks of rows as it runs it.
+void dequantize(float*, const float*, int64_t, const WeightDesc& d) {
+    const int64_t kp = (d.cols + 7) / 8 * 8;
+    const int64_t chunk = std::max<int64_t>(deepinfer::cuda::kCublasScratchBytes / (kp * 2) / 256, 1) * 256;
+    for (int64_t r0 = 0; r0 < d.rows; r0 += chunk)
+        deepinfer::cuda::launch_dequantize_bf16(g_scratch, kp, d, r0, std::min(chunk, d.rows - r0), nullptr);
 }
 
 // Mean us per call over about `ms` milliseconds (at least 3 calls), after one warm-up call.
@@ -115,7 +133,10 @@ double time_us(Launch f, const std::vector<Weight>& ws, float* out, const float*
     return us;
 }
 
-double rel_diff(const float* a_dev, const float* b_dev, int64_t n) {
+// max |a - b| / max |b| over the first rows of two [rows, n] outputs (at most 2^28 values: the head at 16384
+// rows would otherwise copy 17 GB to the host).
+double rel_diff(const float* a_dev, const float* b_dev, int64_t rows, int64_t cols) {
+    const int64_t n = std::min(rows, std::max<int64_t>((int64_t{1} << 28) / cols, 1)) * cols;
     std::vector<float> a(n), b(n);
     CHECK(cudaMemcpy(a.data(), a_dev, n * 4, cudaMemcpyDeviceToHost));
     CHECK(cudaMemcpy(b.data(), b_dev, n * 4, cudaMemcpyDeviceToHost));
@@ -142,45 +163,66 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    // The backend's stream-ordered pool keeps freed blocks; so does this one (launch_gemm_tc allocates scratch).
+    // The backend's stream-ordered pool keeps freed blocks; so does this one (launch_gemm_tc and the cuBLAS path
+    // allocate scratch).
     cudaMemPool_t pool;
     CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
     uint64_t threshold = UINT64_MAX;
     CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    g_cublas = std::make_unique<deepinfer::cuda::CublasGemm>(nullptr);
+    CHECK(cudaMalloc(&g_scratch, deepinfer::cuda::kCublasScratchBytes));
 
-    // DeepSeek-V4-Flash products (FP8 with 128x128 E8M0 blocks, routed experts FP4, head BF16).
-    const std::vector<Case> cases = {
-        {"wq_a", 1024, 4096, 1, {2048, 16384}},   {"wq_b", 32768, 1024, 1, {2048, 16384}},
-        {"wkv", 512, 4096, 1, {2048, 16384}},     {"wo_b", 4096, 8192, 1, {2048, 16384}},
-        {"shared w1", 2048, 4096, 1, {2048, 16384}}, {"expert w1", 2048, 4096, 2, {64, 512}},
-        {"head", 129280, 4096, 0, {8}},
+    // DeepSeek-V4-Flash products (FP8 with 128x128 E8M0 blocks, routed experts FP4, head BF16) at the row counts
+    // of decode-sized batches up to a 16K-token prefill step; a routed expert sees about T * 6 / 256 rows.
+    const std::vector<int> prefill = {64, 256, 1024, 2048, 16384};
+    auto with = [&](std::vector<int> extra) {
+        extra.insert(extra.end(), prefill.begin(), prefill.end());
+        std::sort(extra.begin(), extra.end());
+        return extra;
     };
-    const int64_t max_x = 16384 * 8192, max_out = 16384 * int64_t{32768};
+    const std::vector<Case> cases = {
+        {"wq_a", 1024, 4096, 1, prefill},      {"wq_b", 32768, 1024, 1, prefill},
+        {"wkv", 512, 4096, 1, prefill},        {"wo_b", 4096, 8192, 1, prefill},
+        {"shared w1", 2048, 4096, 1, prefill}, {"expert w1", 2048, 4096, 2, with({512})},
+        {"head", 129280, 4096, 0, with({8})},
+    };
+    int64_t max_x = 0, max_out = 0;
+    for (const Case& c : cases)
+        for (int rows : c.rows) max_x = std::max(max_x, rows * c.k), max_out = std::max(max_out, rows * c.n);
     float* x = static_cast<float*>(device_fill(max_x * 4, 0, 7));
-    float *out_tc = nullptr, *out_tiled = nullptr;
+    float *out_tc = nullptr, *out_tiled = nullptr, *out_cublas = nullptr;
     CHECK(cudaMalloc(&out_tc, max_out * 4));
-    CHECK(cudaMalloc(&out_tiled, max_out * 4));
+    CHECK(cudaMalloc(&out_cublas, max_out * 4));
+    if (with_tiled) CHECK(cudaMalloc(&out_tiled, max_out * 4));
 
-    std::printf("%-10s %-5s %-15s %6s %10s %9s %7s %11s %8s %9s\n", "shape", "dtype", "[n x k]", "T", "us/call",
-                "TFLOP/s", "% peak", "tiled us", "speedup", "rel diff");
+    std::printf("%-10s %-5s %-15s %6s %11s %10s %10s %10s %8s %8s %7s %6s %9s %9s\n", "shape", "dtype", "[n x k]", "T",
+                "tiled us", "tc us", "cublas us", "dequant", "tc TF/s", "cb TF/s", "% peak", "best",
+                with_tiled ? "tc diff" : "", with_tiled ? "cb diff" : "cb vs tc");
     for (const Case& c : cases) {
         std::vector<Weight> ws(1, make_weight(c, 1));
         while (static_cast<int64_t>(ws.size()) * ws[0].bytes < (int64_t{256} << 20) && ws.size() < 16)
             ws.push_back(make_weight(c, 1 + 2 * static_cast<uint32_t>(ws.size())));
         char shape[32];
         std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(c.n), static_cast<long long>(c.k));
+        const double deq_us = c.format == 0 ? 0.0 : time_us(dequantize, ws, nullptr, x, 0, ms);
         for (int rows : c.rows) {
             const double flop = 2.0 * rows * c.n * c.k;
-            const double us = time_us(tc, ws, out_tc, x, rows, ms);
-            const double tflops = flop / us / 1e6;
-            std::printf("%-10s %-5s %-15s %6d %10.1f %9.1f %6.1f%%", c.name,
-                        c.format == 0 ? "bf16" : c.format == 1 ? "fp8" : "fp4", shape, rows, us, tflops,
-                        100.0 * tflops / peak);
+            const double tiled_us = with_tiled ? time_us(tiled, ws, out_tiled, x, rows, ms) : 0.0;
+            const double tc_us = time_us(tc, ws, out_tc, x, rows, ms);
+            const double cb_us = time_us(cublas, ws, out_cublas, x, rows, ms);
+            const double best = std::min(tc_us, cb_us);
+            const char* dtype = c.format == 0 ? "bf16" : c.format == 1 ? "fp8" : "fp4";
+            std::printf("%-10s %-5s %-15s %6d %11.1f %10.1f %10.1f %10.1f %8.1f %8.1f %6.1f%% %6s", c.name, dtype,
+                        shape, rows, tiled_us, tc_us, cb_us, deq_us, flop / tc_us / 1e6, flop / cb_us / 1e6,
+                        100.0 * flop / best / 1e6 / peak, cb_us < tc_us ? "cublas" : "tc");
+            tc(out_tc, x, rows, ws[0].d);
+            cublas(out_cublas, x, rows, ws[0].d);
             if (with_tiled) {
-                const double old_us = time_us(tiled, ws, out_tiled, x, rows, ms);
-                tc(out_tc, x, rows, ws[0].d);
                 tiled(out_tiled, x, rows, ws[0].d);
-                std::printf(" %11.1f %7.1fx %9.1e", old_us, old_us / us, rel_diff(out_tc, out_tiled, rows * c.n));
+                std::printf(" %9.1e %9.1e", rel_diff(out_tc, out_tiled, rows, c.n),
+                            rel_diff(out_cublas, out_tiled, rows, c.n));
+            } else {
+                std::printf(" %9s %9.1e", "", rel_diff(out_cublas, out_tc, rows, c.n));
             }
             std::printf("\n");
             std::fflush(stdout);
@@ -190,8 +232,11 @@ int main(int argc, char** argv) {
             if (w.d.scale) CHECK(cudaFree(const_cast<uint8_t*>(w.d.scale)));
         }
     }
+    g_cublas.reset();
+    CHECK(cudaFree(g_scratch));
     CHECK(cudaFree(x));
     CHECK(cudaFree(out_tc));
-    CHECK(cudaFree(out_tiled));
+    CHECK(cudaFree(out_cublas));
+    if (out_tiled) CHECK(cudaFree(out_tiled));
     return 0;
 }

@@ -74,6 +74,16 @@ public:
 
     // out [T, N] = x [T, K] . W^T, W [N, K] in any stored format.
     virtual void linear(TensorView out, TensorView x, const LinearWeight& w) = 0;
+    // Several products of one input (an activation's projections): outs[i] = x . ws[i]^T. Device backends
+    // may run them in one launch (their K split, and so the last bits of a sum, may then differ from
+    // separate linear() calls); in batch-invariant mode each is computed as linear() computes it.
+    struct Projection {
+        TensorView out;
+        const LinearWeight* w;
+    };
+    virtual void linears(TensorView x, const std::vector<Projection>& projections) {
+        for (const Projection& p : projections) linear(p.out, x, *p.w);
+    }
     // Block-diagonal: for g < groups, out[:, g*R:(g+1)*R] = x[:, g*K:(g+1)*K] . W[g*R:(g+1)*R, :]^T,
     // W [groups * R, K], x [T, groups * K], out [T, groups * R].
     virtual void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) = 0;

@@ -1,5 +1,6 @@
-// The tensor-core product (DEEPINFER_CUDA_GEMM=tc, the default, for more than 8 rows) against the CPU op on
-// fresh random inputs, output poisoned with NaN. Two bounds on max |cuda - cpu| / max |cpu|:
+// The bf16 products for more than 8 rows against the CPU op on fresh random inputs, output poisoned with NaN:
+// the tensor-core kernel (DEEPINFER_CUDA_GEMM=tc) and cuBLAS (DEEPINFER_CUDA_GEMM=cublas, which takes every such
+// product; auto, the default, takes it from kCublasMinRows rows). Two bounds on max |cuda - cpu| / max |cpu|:
 //  - 3e-2, the tolerance table's GPU (bf16 activations) vs CPU bound, for every weight kind;
 //  - 1e-4 against the CPU product of the same bf16-rounded activations, for weights exact in bf16 (BF16, and
 //    FP8/FP4 with E8M0 scales): then only the fp32 summation order differs, so a wrong scale, a dropped K chunk
@@ -25,9 +26,10 @@ using testing_support::rel_error;
 constexpr double kBf16Bound = 3e-2;
 constexpr double kSameInputsBound = 1e-4;
 
-class CudaGemmTc : public testing_support::CudaCompare {
+// The checks shared by the kernels; the fixtures below pick the DEEPINFER_CUDA_GEMM mode.
+class GemmCompare : public testing_support::CudaCompare {
 public:
-    CudaGemmTc() : CudaCompare("tc") {}
+    explicit GemmCompare(const char* mode) : CudaCompare(mode) {}
 
 protected:
     // out [t, n] = x [t, groups * k] . W [n, k]^T in `groups` diagonal blocks (1: a plain linear).
@@ -55,25 +57,71 @@ protected:
                 << "format " << format << " t " << t << " n " << n << " k " << k;
         }
     }
+
+    // Every weight kind (see make_weight) and row count. n = 300, k = 400 end in partial N and K tiles on the
+    // vector loaders (FP4 takes k = 416: its K must be whole groups of 32, as the weight loader requires, so it
+    // never ends in a partial K step); k = 100 (not a multiple of 16, nor of 8) takes the element-wise loader (not
+    // FP4, likewise); n = 1100 at 2048 rows fills the GPU with 128x128 tc tiles, n = 600 only with 128x64 ones
+    // (80 and 160 tiles; 114 to 132 SMs); k = 4096 at 9 and 64 rows splits K (tc; cuBLAS may too).
+    void every_kind_and_row_count() {
+        for (int format = 0; format < 7; ++format) {
+            for (int64_t t : {9, 64, 300, 2048}) {
+                check(format, t, 300, format == 4 ? 416 : 400);
+                if (format != 4) check(format, t, 77, 100);
+            }
+            check(format, 2048, 1100, 512);
+            check(format, 2048, 600, 512);
+            check(format, 9, 200, 4096);
+            check(format, 64, 200, 4096);
+        }
+    }
+
+    // In batch-invariant mode a row's product is bitwise the same alone, in a sub-batch of 10 rows or among all
+    // `t` rows, although the tile shape changes with the row count (128x128 at 2048 rows, 64x64 for 10) and the
+    // row sits at another position in its MMA tile; K = 4096 at 300 rows would split K outside this mode.
+    void batch_invariant_mode_ignores_row_count() {
+        struct Case {
+            int format;
+            int64_t t, n, k;
+        };
+        for (const Case c : {Case{6, 2048, 1100, 512}, Case{4, 300, 200, 4096}, Case{0, 64, 77, 100}}) {
+            HostWeight hw = make_weight(rng_, c.format, c.n, c.k);
+            const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+            Tensor x = host(randn(c.t * c.k), Shape{c.t, c.k}), xd = device(x);
+            const int64_t r0 = c.t / 2 - 5;
+            Tensor all = poisoned(Shape{c.t, c.n}), sub = poisoned(Shape{10, c.n}), one = poisoned(Shape{1, c.n});
+            gpu_->set_batch_invariant(true);
+            gpu_->linear(all, xd, dw);
+            gpu_->linear(sub, xd.view().slice_rows(r0, r0 + 10), dw);
+            gpu_->linear(one, xd.view().slice_rows(c.t - 1, c.t), dw);
+            gpu_->set_batch_invariant(false);
+            const std::vector<float> a = fetch(all), s = fetch(sub), o = fetch(one);
+            EXPECT_EQ(std::vector<float>(a.begin() + r0 * c.n, a.begin() + (r0 + 10) * c.n), s)
+                << "format " << c.format;
+            EXPECT_EQ(std::vector<float>(a.end() - c.n, a.end()), o) << "format " << c.format;
+            Tensor ref = Tensor::f32(Shape{c.t, c.n});
+            cpu_->linear(ref, x, hw.w);
+            EXPECT_LE(rel_error(a, values(ref)), kBf16Bound) << "format " << c.format;
+        }
+    }
 };
 
-// Every weight kind (see make_weight) and row count. n = 300, k = 400 end in partial N and K tiles on the
-// vector loaders (FP4 takes k = 416: its K must be whole groups of 32, as the weight loader requires, so it never
-// ends in a partial K step); k = 100 (not a multiple of 16) takes the element-wise loader (not FP4, likewise);
-// n = 1100 at 2048 rows fills the GPU with 128x128 tiles, n = 600 only with 128x64 ones (80 and 160 tiles; 114
-// to 132 SMs); k = 4096 at 9 and 64 rows splits K.
-TEST_F(CudaGemmTc, EveryKindAndRowCount) {
-    for (int format = 0; format < 7; ++format) {
-        for (int64_t t : {9, 64, 300, 2048}) {
-            check(format, t, 300, format == 4 ? 416 : 400);
-            if (format != 4) check(format, t, 77, 100);
-        }
-        check(format, 2048, 1100, 512);
-        check(format, 2048, 600, 512);
-        check(format, 9, 200, 4096);
-        check(format, 64, 200, 4096);
-    }
-}
+class CudaGemmTc : public GemmCompare {
+public:
+    CudaGemmTc() : GemmCompare("tc") {}
+};
+
+class CudaGemmCublas : public GemmCompare {
+public:
+    CudaGemmCublas() : GemmCompare("cublas") {}
+};
+
+class CudaGemmAuto : public GemmCompare {
+public:
+    CudaGemmAuto() : GemmCompare("auto") {}
+};
+
+TEST_F(CudaGemmTc, EveryKindAndRowCount) { every_kind_and_row_count(); }
 
 // The block-diagonal product: activation rows strided by groups * k, weight rows offset per group.
 TEST_F(CudaGemmTc, GroupedLinear) {
@@ -82,33 +130,107 @@ TEST_F(CudaGemmTc, GroupedLinear) {
     }
 }
 
-// In batch-invariant mode a row's product is bitwise the same alone, in a sub-batch of 10 rows or among all
-// `t` rows, although the tile shape changes with the row count (128x128 at 2048 rows, 64x64 for 10) and the
-// row sits at another position in its MMA tile; K = 4096 at 300 rows would split K outside this mode.
-TEST_F(CudaGemmTc, BatchInvariantModeIgnoresRowCount) {
-    struct Case {
-        int format;
-        int64_t t, n, k;
-    };
-    for (const Case c : {Case{6, 2048, 1100, 512}, Case{4, 300, 200, 4096}, Case{0, 64, 77, 100}}) {
-        HostWeight hw = make_weight(rng_, c.format, c.n, c.k);
-        const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
-        Tensor x = host(randn(c.t * c.k), Shape{c.t, c.k}), xd = device(x);
-        const int64_t r0 = c.t / 2 - 5;
-        Tensor all = poisoned(Shape{c.t, c.n}), sub = poisoned(Shape{10, c.n}), one = poisoned(Shape{1, c.n});
-        gpu_->set_batch_invariant(true);
-        gpu_->linear(all, xd, dw);
-        gpu_->linear(sub, xd.view().slice_rows(r0, r0 + 10), dw);
-        gpu_->linear(one, xd.view().slice_rows(c.t - 1, c.t), dw);
-        gpu_->set_batch_invariant(false);
-        const std::vector<float> a = fetch(all), s = fetch(sub), o = fetch(one);
-        EXPECT_EQ(std::vector<float>(a.begin() + r0 * c.n, a.begin() + (r0 + 10) * c.n), s) << "format " << c.format;
-        EXPECT_EQ(std::vector<float>(a.end() - c.n, a.end()), o) << "format " << c.format;
-        Tensor ref = Tensor::f32(Shape{c.t, c.n});
-        cpu_->linear(ref, x, hw.w);
-        EXPECT_LE(rel_error(a, values(ref)), kBf16Bound) << "format " << c.format;
+TEST_F(CudaGemmTc, BatchInvariantModeIgnoresRowCount) { batch_invariant_mode_ignores_row_count(); }
+
+// cuBLAS from 9 rows up: x rounded to bf16 into a scratch with rows padded to 8 (k = 100 pads to 104), every
+// weight kind dequantized into bf16 (BF16 read in place; k = 100 and k % 16 != 0 take the element-wise
+// dequantization), then one cublasGemmEx.
+TEST_F(CudaGemmCublas, EveryKindAndRowCount) { every_kind_and_row_count(); }
+
+// Grouped: each group's weight rows start at g * 96 (w_row0 != 0; in place for BF16, dequantized otherwise) and
+// its outputs land at column g * 96 of rows strided by 4 * 96 (ldc != n_out).
+TEST_F(CudaGemmCublas, GroupedLinear) {
+    for (int format : {0, 1, 2, 4, 5, 6}) {
+        for (int64_t t : {9, 300}) check(format, t, 4 * 96, 160, 4);
     }
 }
+
+// A weight whose bf16 copy (33000 x 4096 x 2 bytes = 270 MB) exceeds kCublasScratchBytes (256 MB): dequantized
+// and multiplied in chunks of 32768 weight rows, the last one partial (232 rows).
+TEST_F(CudaGemmCublas, ChunkedLargeWeight) {
+    for (int format : {4, 6}) check(format, 9, 33000, 4096);
+}
+
+// Batch-invariant mode ignores the cublas mode (cuBLAS picks algorithms per shape): the tc kernel without split-K.
+TEST_F(CudaGemmCublas, BatchInvariantModeIgnoresRowCount) { batch_invariant_mode_ignores_row_count(); }
+
+// The default: the tc kernel below kCublasMinRows (128) rows, cuBLAS from there.
+TEST_F(CudaGemmAuto, BothSidesOfTheThreshold) {
+    for (int format : {1, 4, 6}) {
+        for (int64_t t : {64, 127, 128, 300}) check(format, t, 300, format == 4 ? 416 : 400);
+        check(format, 300, 4 * 96, 160, 4);
+    }
+}
+
+// 2..8 rows in the bf16 modes take the tensor-core GEMV (gemv_tc.cu): every weight kind (FP8 with 32-wide
+// scale blocks, smaller than its 64-wide k blocks, stays on the fp32 GEMV). n = 77 ends in a partial tile of 16
+// features; k = 4096 with 40 features and k = 8192 (staged in slices of 2048 over 4 ranks) split K over a
+// cluster; n = 5000 makes blocks loop over tiles; k = 128 is one k block of FP4.
+TEST_F(CudaGemmTc, GemvTensorCoresEveryKindAndRowCount) {
+    struct Shape2 {
+        int64_t n, k;
+    };
+    for (int format = 0; format < 7; ++format) {
+        for (int64_t t = 2; t <= 8; ++t) {
+            for (Shape2 s : {Shape2{77, 256}, Shape2{40, 4096}, Shape2{300, 8192}, Shape2{5000, 128}})
+                check(format, t, s.n, s.k);
+        }
+    }
+}
+
+// Grouped at decode row counts: per group w_row0 = g * 96 and ldc = 4 * 96.
+TEST_F(CudaGemmTc, GemvTensorCoresGrouped) {
+    for (int format : {1, 4, 6}) {
+        for (int64_t t : {2, 5, 8}) check(format, t, 4 * 96, 256, 4);
+    }
+}
+
+// Backend::linears: several weights of one input. On the fp32 GEMV (1 row, and every row count in tiled mode)
+// the compatible ones share a launch (here FP8 of two heights, then BF16, then FP8 again: three launches);
+// otherwise each runs as linear() does.
+class CudaLinears : public GemmCompare {
+public:
+    explicit CudaLinears(const char* mode = "tiled") : GemmCompare(mode) {}
+
+protected:
+    void check_projections(double bound) {
+        const int64_t k = 1024;
+        struct Spec {
+            int format;
+            int64_t n;
+        };
+        const Spec specs[] = {{6, 512}, {6, 1536}, {1, 64}, {6, 96}};
+        std::vector<HostWeight> hw;
+        std::vector<LinearWeight> dw;
+        for (const Spec& sp : specs) hw.push_back(make_weight(rng_, sp.format, sp.n, k));
+        for (HostWeight& h : hw) dw.push_back(to_backend(*gpu_, h.w, &storage_));
+        for (int64_t t : {1, 3, 8}) {
+            Tensor x = host(randn(t * k), Shape{t, k}), xd = device(x);
+            std::vector<Tensor> outs, refs;
+            std::vector<Backend::Projection> gpu_p, cpu_p;
+            for (size_t i = 0; i < hw.size(); ++i) {
+                outs.push_back(poisoned(Shape{t, hw[i].w.rows}));
+                refs.push_back(Tensor::f32(Shape{t, hw[i].w.rows}));
+            }
+            for (size_t i = 0; i < hw.size(); ++i) {
+                gpu_p.push_back({outs[i], &dw[i]});
+                cpu_p.push_back({refs[i], &hw[i].w});
+            }
+            gpu_->linears(xd, gpu_p);
+            cpu_->linears(x, cpu_p);
+            for (size_t i = 0; i < hw.size(); ++i)
+                EXPECT_LE(rel_error(fetch(outs[i]), values(refs[i])), bound) << "projection " << i << " rows " << t;
+        }
+    }
+};
+
+class CudaLinearsTc : public CudaLinears {
+public:
+    CudaLinearsTc() : CudaLinears("tc") {}
+};
+
+TEST_F(CudaLinears, SharedLaunchesMatchTheCpu) { check_projections(1e-5); }
+TEST_F(CudaLinearsTc, MatchTheCpu) { check_projections(kBf16Bound); }
 
 TEST(CudaGemmMode, RejectsUnknownKernel) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";

@@ -19,6 +19,7 @@
 #include <atomic>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 
 namespace deepinfer::cuda {
 
@@ -342,34 +343,14 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_scores_kernel(IndexerPara
 }
 
 // Raises a kernel's dynamic shared memory limit once per device (bit per device).
-template <class Kernel>
-void allow_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& configured) {
-    int dev = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    if (configured.load() >> (dev % 64) & 1) return;
-    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-    configured.fetch_or(uint64_t{1} << (dev % 64));
-}
-
 template <int HG, int CPT>
 void launch_attention(const AttnParams& p, int64_t rows, cudaStream_t stream) {
     auto kernel = sparse_attention_kernel<HG, CPT>;
     static std::atomic<uint64_t> configured{0};
     const int smem = attn_smem_floats(HG, p.ld) * 4;
     allow_smem(kernel, attn_smem_floats(HG, CPT * kThreads) * 4, configured);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(rows * p.splits), static_cast<unsigned>(ceil_div(p.heads, HG)));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = p.splits;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+    launch_clustered(kernel, dim3(static_cast<unsigned>(rows * p.splits), static_cast<unsigned>(ceil_div(p.heads, HG))),
+                     p.splits, kThreads, smem, stream, p);
 }
 
 template <int HG>

@@ -55,12 +55,18 @@ cuda::HcDesc describe(const HcParams& p) {
 class CudaBackend final : public Backend {
 public:
     CudaBackend(int device, int host_threads) : device_(device), pool_(host_threads) {
-        // DEEPINFER_CUDA_GEMM: tc (default; bf16 tensor cores, the GPU bound of the tolerance table) or tiled
-        // (fp32 SIMT, ~1e-6 of the CPU), for the products of more than kGemvMaxRows rows.
+        // DEEPINFER_CUDA_GEMM picks the kernel of the products that the GEMV does not take (see matmul()):
+        // auto (default): cuBLAS from cuda::kCublasMinRows rows, else tc; cublas: always cuBLAS; tc: our bf16
+        // tensor-core kernel; tiled: fp32 SIMT (~1e-6 of the CPU). auto, cublas and tc compute from bf16 inputs
+        // (the GPU bound of the tolerance table).
         const char* gemm = std::getenv("DEEPINFER_CUDA_GEMM");
-        const std::string mode = gemm && *gemm ? gemm : "tc";
-        DI_CHECK(mode == "tc" || mode == "tiled", "DEEPINFER_CUDA_GEMM must be tc or tiled, not '", mode, "'");
-        tensor_cores_ = mode == "tc";
+        const std::string mode = gemm && *gemm ? gemm : "auto";
+        DI_CHECK(mode == "auto" || mode == "cublas" || mode == "tc" || mode == "tiled",
+                 "DEEPINFER_CUDA_GEMM must be auto, cublas, tc or tiled, not '", mode, "'");
+        gemm_mode_ = mode == "auto"     ? GemmMode::kAuto
+                     : mode == "cublas" ? GemmMode::kCublas
+                     : mode == "tc"     ? GemmMode::kTc
+                                        : GemmMode::kTiled;
         DI_CUDA_CHECK(cudaSetDevice(device_));
         DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         // Keep freed blocks in the stream-ordered pool instead of returning them to the driver.
@@ -75,6 +81,7 @@ public:
     }
     ~CudaBackend() override {
         cudaStreamSynchronize(stream_);
+        cublas_.reset();         // before its stream goes
         expert_tables_.clear();  // their memory goes back on the stream
         cudaStreamSynchronize(stream_);
         profiler_.reset();
@@ -141,24 +148,70 @@ public:
         const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
         DI_ICHECK(w.rows % groups == 0 && x.numel() == t * groups * k && out.numel() == t * w.rows, "grouped_linear");
         const WeightDesc d = describe(w);
+        if (fp32_gemv(t, d)) {  // the groups in one launch
+            std::vector<cuda::GemvJob> jobs;
+            for (int g = 0; g < groups; ++g)
+                jobs.push_back({out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, d, g * r, r});
+            const auto op = profiler_->scope(t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
+            cuda::launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), t, stream_);
+            return;
+        }
         for (int g = 0; g < groups; ++g)
             matmul(out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
     }
-    // Few rows: the weight-streaming GEMV; else the tensor-core kernel (or, with DEEPINFER_CUDA_GEMM=tiled, the
-    // exact fp32 tiled kernel). Batch-invariant mode keeps one kernel for every row count, so that a row's
-    // result never depends on how many rows share the step: the tensor-core kernel's per-output reduction order
-    // depends only on K once split-K is off, the tiled kernel's likewise.
+    void linears(TensorView x, const std::vector<Projection>& projections) override {
+        const int64_t t = x.dim(0);
+        std::vector<cuda::GemvJob> jobs;
+        for (const Projection& p : projections) {
+            DI_ICHECK(x.ndim() == 2 && x.dim(1) == p.w->cols && p.out.numel() == t * p.w->rows, "linears ",
+                      p.w->name);
+            const WeightDesc d = describe(*p.w);
+            if (!fp32_gemv(t, d)) {  // not all on the fp32 GEMV: each on its own kernel
+                Backend::linears(x, projections);
+                return;
+            }
+            jobs.push_back({p.out.f32(), p.w->rows, x.f32(), p.w->cols, d, 0, p.w->rows});
+        }
+        // Decode rows: the projections of each weight kind share a launch.
+        const auto op = profiler_->scope(t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
+        cuda::launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), t, stream_);
+    }
+    // 2..8 rows go to the tensor-core GEMV where the GEMM mode computes from bf16 inputs anyway; one row stays on
+    // the fp32 GEMV (memory-bound either way, and exact). Batch-invariant mode takes neither (see matmul()).
+    bool tc_gemv(int64_t rows, const WeightDesc& d) const {
+        return !batch_invariant_ && gemm_mode_ != GemmMode::kTiled && cuda::gemv_tc_applies(rows, d);
+    }
+    bool fp32_gemv(int64_t rows, const WeightDesc& d) const {
+        return !batch_invariant_ && !tc_gemv(rows, d) && cuda::gemv_applies(rows, d);
+    }
+    // Few rows: the weight-streaming GEMVs (tc_gemv(), fp32_gemv()); else, by DEEPINFER_CUDA_GEMM, cuBLAS (from kCublasMinRows rows in auto
+    // mode, where dequantizing the weight to bf16 first pays off), our tensor-core kernel or the exact fp32 tiled
+    // kernel. Batch-invariant mode keeps one kernel for every row count, so that a row's result never depends on
+    // how many rows share the step: the tensor-core kernel without split-K (its per-output reduction order then
+    // depends only on K) in every mode but tiled (likewise), since cuBLAS picks its algorithm per shape.
     void matmul(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& d,
                 int64_t w_row0, int64_t n_out) {
-        if (!batch_invariant_ && cuda::gemv_applies(rows, d)) {
+        const bool cublas = !batch_invariant_ && (gemm_mode_ == GemmMode::kCublas ||
+                                                  (gemm_mode_ == GemmMode::kAuto && rows >= cuda::kCublasMinRows));
+        if (tc_gemv(rows, d)) {
+            const auto op = profiler_->scope("matmul gemv tensor cores 2-8 rows");
+            cuda::launch_gemv_tc(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
+        } else if (fp32_gemv(rows, d)) {
             const auto op = profiler_->scope(rows == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
             cuda::launch_gemv(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
-        } else if (tensor_cores_) {
-            const auto op = profiler_->scope("matmul tensor cores");
-            cuda::launch_gemm_tc(out, ldc, x, lda, rows, d, w_row0, n_out, !batch_invariant_, stream_);
-        } else {
+        } else if (gemm_mode_ == GemmMode::kTiled) {
             const auto op = profiler_->scope("matmul tiled");
             cuda::launch_gemm(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
+        } else if (cublas) {
+            if (!cublas_) {  // created on first use: decode-only backends never need a handle
+                DI_CUDA_CHECK(cudaSetDevice(device_));
+                cublas_ = std::make_unique<cuda::CublasGemm>(stream_);
+            }
+            const auto op = profiler_->scope("matmul cublas");
+            cublas_->run(out, ldc, x, lda, rows, d, w_row0, n_out);
+        } else {
+            const auto op = profiler_->scope("matmul tensor cores");
+            cuda::launch_gemm_tc(out, ldc, x, lda, rows, d, w_row0, n_out, !batch_invariant_, stream_);
         }
     }
     void embedding(TensorView out, const LinearWeight& table, const int32_t* ids) override {
@@ -351,7 +404,9 @@ private:
     size_t staging_used_ = 0;
     ThreadPool pool_;
     bool batch_invariant_ = false;
-    bool tensor_cores_ = true;  // products of more than kGemvMaxRows rows (see matmul())
+    enum class GemmMode { kAuto, kCublas, kTc, kTiled };
+    GemmMode gemm_mode_ = GemmMode::kAuto;      // products the GEMV does not take (see matmul())
+    std::unique_ptr<cuda::CublasGemm> cublas_;  // bound to stream_, created on first use
     std::unordered_map<const LinearWeight*, ExpertTable> expert_tables_;
 };
 

@@ -325,6 +325,16 @@ int sm_count() {
 
 }  // namespace
 
+void launch_to_bf16(uint16_t* xb, int64_t kp, const float* x, int64_t lda, int64_t rows, int64_t k,
+                    cudaStream_t stream) {
+    const bool vec = lda % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+    const int64_t chunks = rows * kp / 8;
+    if (chunks == 0) return;
+    to_bf16_kernel<<<static_cast<unsigned>((chunks + 255) / 256), 256, 0, stream>>>(
+        reinterpret_cast<__nv_bfloat16*>(xb), kp, x, lda, rows, k, vec);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
 void launch_gemm_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                     int64_t w_row0, int64_t n_out, bool allow_split_k, cudaStream_t stream) {
     if (rows == 0 || n_out == 0) return;
@@ -333,10 +343,7 @@ void launch_gemm_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_
     // Activations to bf16 once: [rows, kp].
     __nv_bfloat16* xb = nullptr;
     DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&xb), rows * kp * 2, stream));
-    const bool vec = lda % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-    const int64_t chunks = rows * kp / 8;
-    to_bf16_kernel<<<static_cast<unsigned>((chunks + 255) / 256), 256, 0, stream>>>(xb, kp, x, lda, rows, k, vec);
-    DI_CUDA_LAUNCH_CHECK();
+    launch_to_bf16(reinterpret_cast<uint16_t*>(xb), kp, x, lda, rows, k, stream);
 
     // The largest tile that still gives every SM a block; smaller problems take 64x64 tiles and, when allowed,
     // split K so that about two blocks run per SM (partials summed in split order: deterministic).

@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
@@ -38,17 +40,27 @@ constexpr int kQShift = K == kF32 ? 0 : (K == kBF16 || K == kF16) ? 1 : K == kFP
 // Floats per staged activation row for `rows` rows (a multiple of 32, see swizzle()).
 constexpr int row_stride(int rows) { return kXBytes / 4 / rows / 32 * 32; }
 
-struct GemvParams {
-    float* out;            // [rows, ldc] f32
+// One weight of a launch: its rows w_row0 .. w_row0 + n_out times its own activations. A launch serves up to
+// kMaxSegments weights of one kind and width (e.g. every projection of one input), its tiles numbered
+// segment after segment, so small weights share the launch's waves instead of each paying for its own.
+struct GemvSegment {
+    WeightDesc w;          // [w.rows, w.cols]
     const float* x;        // [rows, lda] f32
-    int64_t ldc, lda;
-    WeightDesc w;          // [w.rows, w.cols]; rows w_row0 .. w_row0 + n_out are multiplied
-    int64_t w_row0, n_out;
+    float* out;            // [rows, ldc] f32
+    int64_t lda, ldc, w_row0, n_out;
+    int tile0;             // the segment's first tile in the launch
+    int x_vec4;            // x rows start 16-byte aligned: stage with float4 loads
+};
+constexpr int kMaxSegments = 12;
+
+struct GemvParams {
+    GemvSegment seg[kMaxSegments];
+    int segments;
     int rows_per_group;    // 1 or 2 (tile = 32 * rows_per_group output features)
-    int tiles;             // ceil(n_out / tile)
+    int tiles;             // tiles of all segments
+    int64_t cols;          // K, the same for every segment
     int slice_chunks;      // 16-byte chunks of K per cluster rank, a multiple of 8
     int scale_shift;       // FP8/FP4: log2(chunks per scale block along K)
-    int x_vec4;            // x rows start 16-byte aligned: stage with float4 loads
 };
 
 // Activation float4 q of a staged row lives at swizzle(q): the 8 lanes of a group read chunks 8s..8s+7 and the
@@ -60,7 +72,7 @@ __device__ __forceinline__ int swizzle(int q) {
 
 // out[t, n] = sum_k x[t, k] * W[w_row0 + n, k] for t < ROWS. Grid: (cluster size, tile slots), cluster (cs, 1, 1).
 template <int K, int ROWS>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const GemvParams p) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __grid_constant__ GemvParams p) {
     constexpr int E = kElems<K>, Q = E / 4, G = kGran<K>;
     constexpr int kStride4 = row_stride(ROWS) / 4;  // float4s per staged row
     constexpr bool kScaled = K == kFP8 || K == kFP4;
@@ -69,10 +81,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const Gemv
 
     const int l8 = threadIdx.x % 8, group = threadIdx.x / 8, R = p.rows_per_group;
     const int cs = gridDim.x, rank = blockIdx.x;
-    const int64_t chunks = p.w.cols / E, c_begin = static_cast<int64_t>(rank) * p.slice_chunks;
+    const int64_t chunks = p.cols / E, c_begin = static_cast<int64_t>(rank) * p.slice_chunks;
     const int nc = static_cast<int>(max(int64_t{0}, min(chunks - c_begin, int64_t{p.slice_chunks})));
     const int batches = (nc + 8 * kU - 1) / (8 * kU);
-    const uint4* wdata = reinterpret_cast<const uint4*>(p.w.data);
     const int tile_n = kGroups * R;
     const int lane_sw = K == kF32 ? 0 : l8;  // swizzle() of this lane's chunks: q ^ l8
 
@@ -80,15 +91,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const Gemv
         uint4 v[kU][2];
         uint32_t s[kU][2];  // raw scale bits
     };
-    bool staged = false;
+    const float* staged_x = nullptr;  // the activations now in xs
     for (int tile = blockIdx.y; tile < p.tiles; tile += gridDim.y) {
+        int si = 0;
+        while (si + 1 < p.segments && tile >= p.seg[si + 1].tile0) ++si;
+        const GemvSegment& sg = p.seg[si];
+        const int64_t tile_in = tile - sg.tile0;
+        const uint4* wdata = reinterpret_cast<const uint4*>(sg.w.data);
         const uint4* wrow[2];
         int64_t srow[2], n[2];
         for (int r = 0; r < 2; ++r) {
-            n[r] = static_cast<int64_t>(tile) * tile_n + group + kGroups * r;
-            const int64_t row = p.w_row0 + min(n[r], p.n_out - 1);  // rows past the end compute a copy, unwritten
+            n[r] = tile_in * tile_n + group + kGroups * r;
+            const int64_t row = sg.w_row0 + min(n[r], sg.n_out - 1);  // rows past the end compute a copy, unwritten
             wrow[r] = wdata + row * chunks + c_begin;
-            srow[r] = (K == kFP8 ? row / p.w.block_rows : row) * p.w.scale_cols;
+            srow[r] = (K == kFP8 ? row / sg.w.block_rows : row) * sg.w.scale_cols;
         }
         auto load = [&](Batch& b, int batch) {
             for (int u = 0; u < kU; ++u) {
@@ -98,26 +114,27 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const Gemv
                     b.v[u][r] = ok ? __ldg(wrow[r] + c) : make_uint4(0, 0, 0, 0);
                     b.s[u][r] = 0;
                     if constexpr (kScaled) {
-                        const int64_t si = srow[r] + ((c_begin + c) >> p.scale_shift);
-                        const uint32_t* s32 = reinterpret_cast<const uint32_t*>(p.w.scale);
-                        if (ok) b.s[u][r] = K == kFP8 && p.w.scale_f32 ? __ldg(s32 + si) : __ldg(p.w.scale + si);
+                        const int64_t at = srow[r] + ((c_begin + c) >> p.scale_shift);
+                        const uint32_t* s32 = reinterpret_cast<const uint32_t*>(sg.w.scale);
+                        if (ok) b.s[u][r] = K == kFP8 && sg.w.scale_f32 ? __ldg(s32 + at) : __ldg(sg.w.scale + at);
                     }
                 }
             }
         };
         Batch cur;
         load(cur, 0);  // in flight while the activations are staged
-        if (!staged) {
+        if (staged_x != sg.x) {  // uniform over the block: every thread walks the same tiles
+            if (staged_x) __syncthreads();  // the previous tile's reads of xs are done
             const int n4 = nc * Q;
-            const float* xb = p.x + c_begin * E;
+            const float* xb = sg.x + c_begin * E;
             for (int i = threadIdx.x; i < ROWS * n4; i += kThreads) {
                 const int t = i / n4, q = i - t * n4;
-                const float* src = xb + t * p.lda + 4 * q;
-                xs[t * kStride4 + swizzle<K>(q)] = p.x_vec4 ? *reinterpret_cast<const float4*>(src)
-                                                            : make_float4(src[0], src[1], src[2], src[3]);
+                const float* src = xb + t * sg.lda + 4 * q;
+                xs[t * kStride4 + swizzle<K>(q)] = sg.x_vec4 ? *reinterpret_cast<const float4*>(src)
+                                                             : make_float4(src[0], src[1], src[2], src[3]);
             }
             __syncthreads();
-            staged = true;
+            staged_x = sg.x;
         }
         float acc[2][ROWS] = {};
         for (int b = 0; b < batches; ++b) {
@@ -158,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const Gemv
 #pragma unroll
                     for (int r = 0; r < 2; ++r) {
                         const uint32_t sb = cur.s[u][r];
-                        const float s = K == kFP8 && p.w.scale_f32 ? __uint_as_float(sb) : e8m0_to_f32(static_cast<uint8_t>(sb));
+                        const float s = K == kFP8 && sg.w.scale_f32 ? __uint_as_float(sb) : e8m0_to_f32(static_cast<uint8_t>(sb));
 #pragma unroll
                         for (int t = 0; t < ROWS; ++t) acc[r][t] = fmaf(d[r][t], s, acc[r][t]);
                     }
@@ -179,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const Gemv
                 a += __shfl_xor_sync(0xffffffffu, a, 4);
                 if (l8 == 0 && r < R) {
                     if (cs == 1) {
-                        if (n[r] < p.n_out) p.out[t * p.ldc + n[r]] = a * post;
+                        if (n[r] < sg.n_out) sg.out[t * sg.ldc + n[r]] = a * post;
                     } else {
                         red[t][group + kGroups * r] = a;
                     }
@@ -193,8 +210,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const Gemv
                 const int t = i / tile_n, j = i - t * tile_n;
                 float a = 0.0f;
                 for (int q = 0; q < cs; ++q) a += cluster.map_shared_rank(&red[0][0], q)[t * 2 * kGroups + j];
-                const int64_t nn = static_cast<int64_t>(tile) * tile_n + j;
-                if (nn < p.n_out) p.out[t * p.ldc + nn] = a * post;
+                const int64_t nn = tile_in * tile_n + j;
+                if (nn < sg.n_out) sg.out[t * sg.ldc + nn] = a * post;
             }
             cluster.sync();  // red is rewritten by the next tile and must outlive the other ranks' reads
         }
@@ -214,28 +231,11 @@ int64_t slice_chunks(int64_t chunks, int cs) { return ceil_div(ceil_div(chunks, 
 template <int K, int ROWS>
 void launch(const GemvParams& p, int cs, int slots, cudaStream_t stream) {
     auto kernel = gemv_kernel<K, ROWS>;
-    static std::atomic<uint64_t> configured{0};  // one bit per device
-    int dev = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    if (!(configured.load() >> (dev % 64) & 1)) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           ROWS * row_stride(ROWS) * 4));
-        configured.fetch_or(uint64_t{1} << (dev % 64));
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(cs, slots);
-    cfg.blockDim = dim3(kThreads);
+    static std::atomic<uint64_t> configured{0};
+    allow_smem(kernel, ROWS * row_stride(ROWS) * 4, configured);
     // Every row but the last is a full stride apart; the last holds just the slice.
-    cfg.dynamicSmemBytes = ((ROWS - 1) * row_stride(ROWS) + p.slice_chunks * kElems<K>) * 4;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cs;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+    const int smem = ((ROWS - 1) * row_stride(ROWS) + p.slice_chunks * kElems<K>) * 4;
+    launch_clustered(kernel, dim3(cs, slots), cs, kThreads, smem, stream, p);
 }
 
 template <int K>
@@ -268,16 +268,29 @@ bool gemv_applies(int64_t rows, const WeightDesc& w) {
     return slice_chunks(w.cols / e, kMaxCluster) * e <= row_stride(static_cast<int>(rows));
 }
 
-void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
-                 int64_t w_row0, int64_t n_out, cudaStream_t stream) {
-    if (n_out == 0) return;
-    const int kind = kind_of(w), e = elems_of(kind);
-    const int64_t chunks = w.cols / e, target = static_cast<int64_t>(sm_count()) * kBlocksPerSm;
-    GemvParams p{out, x, ldc, lda, w, w_row0, n_out, 2, 0, 0, 0, 0};
+namespace {
+
+// One launch over jobs[0 .. n) (same kind and K, at most kMaxSegments).
+void launch_segments(const GemvJob* jobs, int n, int64_t rows, cudaStream_t stream) {
+    const WeightDesc& w0 = jobs[0].w;
+    const int kind = kind_of(w0), e = elems_of(kind);
+    const int64_t chunks = w0.cols / e, target = static_cast<int64_t>(sm_count()) * kBlocksPerSm;
+    GemvParams p{};
+    p.segments = n;
+    p.cols = w0.cols;
+    int64_t n_out = 0;
+    for (int i = 0; i < n; ++i) n_out += jobs[i].n_out;
     // Two rows per group (activations reused twice) when that leaves a tile per SM; else smaller tiles, so that
     // fewer K splits fill the GPU.
+    p.rows_per_group = 2;
     if (ceil_div(n_out, 2 * kGroups) * 2 < target) p.rows_per_group = 1;
-    const int64_t tiles = ceil_div(n_out, kGroups * p.rows_per_group);
+    int64_t tiles = 0;
+    for (int i = 0; i < n; ++i) {
+        const GemvJob& j = jobs[i];
+        p.seg[i] = GemvSegment{j.w, j.x, j.out, j.lda, j.ldc, j.w_row0, j.n_out, static_cast<int>(tiles),
+                               reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.lda % 4 == 0};
+        tiles += ceil_div(j.n_out, kGroups * p.rows_per_group);
+    }
     // Split K: until the slice fits in shared memory, then while the blocks stay within one wave and each rank
     // keeps at least two steps (16 chunks) of every row.
     int cs = 1;
@@ -285,8 +298,7 @@ void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t r
     while (cs < kMaxCluster && tiles * cs * 2 <= target && chunks >= 16 * cs * 2) cs *= 2;
     p.tiles = static_cast<int>(tiles);
     p.slice_chunks = static_cast<int>(slice_chunks(chunks, cs));
-    if (w.format != 0) p.scale_shift = __builtin_ctz(static_cast<unsigned>(w.block_cols / e));
-    p.x_vec4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && lda % 4 == 0;
+    if (w0.format != 0) p.scale_shift = __builtin_ctz(static_cast<unsigned>(w0.block_cols / e));
     const int slots = static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>(1, target / cs)));
     const int r = static_cast<int>(rows);
     switch (kind) {
@@ -296,6 +308,34 @@ void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t r
         case kFP8: launch_rows<kFP8>(p, r, cs, slots, stream); break;
         default: launch_rows<kFP4>(p, r, cs, slots, stream); break;
     }
+}
+
+// Jobs that can share a launch: one kernel instantiation (kind), one K, and for scaled formats one scale
+// block width (the chunk-to-scale shift is per launch).
+bool same_launch(const GemvJob& a, const GemvJob& b) {
+    return kind_of(a.w) == kind_of(b.w) && a.w.cols == b.w.cols && a.w.format == b.w.format &&
+           (a.w.format == 0 || a.w.block_cols == b.w.block_cols);
+}
+
+}  // namespace
+
+void launch_gemv_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream) {
+    // Jobs in their given order, consecutive compatible ones in one launch.
+    std::vector<GemvJob> live;
+    for (int i = 0; i < count; ++i)
+        if (jobs[i].n_out > 0) live.push_back(jobs[i]);
+    for (size_t i = 0; i < live.size();) {
+        size_t end = i + 1;
+        while (end < live.size() && end - i < kMaxSegments && same_launch(live[i], live[end])) ++end;
+        launch_segments(live.data() + i, static_cast<int>(end - i), rows, stream);
+        i = end;
+    }
+}
+
+void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
+                 int64_t w_row0, int64_t n_out, cudaStream_t stream) {
+    const GemvJob job{out, ldc, x, lda, w, w_row0, n_out};
+    launch_gemv_jobs(&job, 1, rows, stream);
 }
 
 }  // namespace deepinfer::cuda

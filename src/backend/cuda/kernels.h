@@ -18,6 +18,46 @@ void launch_gemm(float* out, int64_t ldc, const float* x, int64_t lda, int64_t r
 // the tile shape, unless allow_split_k lets small problems split K (deterministic, but then row-count dependent).
 void launch_gemm_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                     int64_t w_row0, int64_t n_out, bool allow_split_k, cudaStream_t stream);
+// The same product on cuBLAS (gemm_cublas.cu), same numerics as launch_gemm_tc: x rounded to bf16 once, the
+// weight rows dequantized into a bf16 scratch (BF16 weights read in place), then one bf16 x bf16 -> fp32
+// cublasGemmEx per chunk of weight rows. cuBLAS picks its algorithm (and split-K) per shape, so a row's result
+// may depend on the row count: not for batch-invariant mode.
+//
+// kCublasMinRows: fewest rows for which the default mode takes cuBLAS rather than launch_gemm_tc. Per weight
+// element the cuBLAS path adds a dequantization pass of q + 2 bytes (read the stored weight: q = 1 FP8, 0.5 FP4,
+// 2 F16, 4 F32; write bf16; 0 for BF16 read in place), while both paths do 2 T FLOP. At B = 4.2 TB/s, the tc
+// kernel at ~200 TFLOP/s (measured) and cuBLAS at ~650 (of the 722-790 measured for bf16) it pays off once
+// 2 T (1/200e12 - 1/650e12) > (q + 2) / B, i.e. T > ~100 rows for FP8 (~85 FP4, ~210 F32). Far below that both
+// are bound by weight bytes, and cuBLAS moves q + 4 (dequantize, then read the copy) where tc moves q. 128: the
+// power of two above the FP8/FP4 break-even; gemm_bench times both paths per shape to set it.
+constexpr int64_t kCublasMinRows = 128;
+// Bound on the dequantized weight scratch per call: larger weights (the 129280 x 4096 head: 1 GiB in bf16) are
+// done in chunks of weight rows.
+constexpr int64_t kCublasScratchBytes = int64_t{256} << 20;
+// One per backend: a cuBLAS handle bound to `stream`, with its own workspace. Not thread-safe (nor is the stream).
+class CublasGemm {
+public:
+    explicit CublasGemm(cudaStream_t stream);
+    ~CublasGemm();
+    CublasGemm(const CublasGemm&) = delete;
+    CublasGemm& operator=(const CublasGemm&) = delete;
+    // As launch_gemm_tc, on this handle's stream.
+    void run(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w, int64_t w_row0,
+             int64_t n_out);
+
+private:
+    void* handle_ = nullptr;  // cublasHandle_t (kept opaque: this header does not include cuBLAS's)
+    void* workspace_ = nullptr;
+    cudaStream_t stream_;
+};
+// xb [rows, kp] bf16 bits = x [rows, k] (row stride lda) rounded to nearest even, zeros in columns k .. kp - 1
+// (kp a multiple of 8): the activations of the bf16 products, converted once.
+void launch_to_bf16(uint16_t* xb, int64_t kp, const float* x, int64_t lda, int64_t rows, int64_t k,
+                    cudaStream_t stream);
+// dst [n, ld] bf16 bits = W rows row0 .. row0 + n - 1 rounded to bf16 (the cuBLAS path's dequantization; columns
+// K .. ld - 1 untouched).
+void launch_dequantize_bf16(uint16_t* dst, int64_t ld, const WeightDesc& w, int64_t row0, int64_t n,
+                            cudaStream_t stream);
 // The same product for at most kGemvMaxRows rows, streaming each weight row once (decode). Applies when
 // gemv_applies(): whole 16-byte chunks per weight row, each inside one scale block, a power-of-two number of
 // chunks per scale block, and K short enough for an eighth of the activation rows to fit in shared memory.
@@ -25,6 +65,23 @@ constexpr int kGemvMaxRows = 8;
 bool gemv_applies(int64_t rows, const WeightDesc& w);
 void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                  int64_t w_row0, int64_t n_out, cudaStream_t stream);
+// Several such products of the same row count (each gemv_applies()), consecutive ones of one weight kind and
+// K sharing a launch: the projections of one input, or the groups of a grouped linear.
+struct GemvJob {
+    float* out;  // [rows, ldc] f32
+    int64_t ldc;
+    const float* x;  // [rows, lda] f32
+    int64_t lda;
+    WeightDesc w;  // rows w_row0 .. w_row0 + n_out
+    int64_t w_row0, n_out;
+};
+void launch_gemv_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
+// The same product for 2..8 rows on the tensor cores, from bf16-rounded activations and weights (the numerics
+// of the tensor-core GEMM). Applies when K is whole blocks of 4 16-byte chunks and each chunk lies in one
+// scale block (FP4: one group per chunk).
+bool gemv_tc_applies(int64_t rows, const WeightDesc& w);
+void launch_gemv_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
+                    int64_t w_row0, int64_t n_out, cudaStream_t stream);
 void launch_embedding(float* out, const WeightDesc& table, const int32_t* ids, int64_t rows, cudaStream_t stream);
 
 void launch_rms_norm(float* out, const float* x, const float* weight, int64_t rows, int64_t cols, float eps,

@@ -348,40 +348,45 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     const int32_t* pos = rows.positions_d.as<int32_t>();
     auto alloc = [&](Shape s) { return be.alloc(DType::kF32, s); };
 
-    // Queries: low-rank, per-head unweighted RMS, RoPE on the last dims.
+    // Every projection of the normed input, then those of the query's low-rank latent: two calls, so device
+    // backends stream the small weights together.
     Tensor cq = alloc(Shape{T, c.q_lora_rank});
-    be.linear(cq, xn, L.wq_a);
-    be.rms_norm(cq, cq, L.q_norm.f32(), c.rms_eps);
-    Tensor q = alloc(Shape{T, H, d});
-    be.linear(q.view().reshape(Shape{T, H * d}), cq, L.wq_b);
-    be.rms_norm(q, q, nullptr, c.rms_eps);
-    be.rope(q, pos, inv_freq, rope.dim, af, false);
-    // The single K=V head.
-    Tensor kv = alloc(Shape{T, 1, d});
-    be.linear(kv.view().reshape(Shape{T, d}), xn, L.wkv);
-    be.rms_norm(kv, kv, L.kv_norm.f32(), c.rms_eps);
-    be.rope(kv, pos, inv_freq, rope.dim, af, false);
-
+    Tensor kv = alloc(Shape{T, 1, d});  // the single K=V head
     Tensor ckv, cgate, ikv, igate, iq, iw;
+    std::vector<Backend::Projection> from_x = {{cq, &L.wq_a}, {kv.view().reshape(Shape{T, d}), &L.wkv}};
     if (L.has_compressor) {
         const int64_t width = c.compressor_width(layer);
         ckv = alloc(Shape{T, width});
         cgate = alloc(Shape{T, width});
-        be.linear(ckv, xn, L.compressor.wkv);
-        be.linear(cgate, xn, L.compressor.wgate);
+        from_x.push_back({ckv, &L.compressor.wkv});
+        from_x.push_back({cgate, &L.compressor.wgate});
     }
+    const int64_t hi = c.index_heads, di = c.index_head_dim;
     if (L.has_indexer) {
-        const int64_t hi = c.index_heads, di = c.index_head_dim;
         ikv = alloc(Shape{T, 2 * di});
         igate = alloc(Shape{T, 2 * di});
-        be.linear(ikv, xn, L.indexer.compressor.wkv);
-        be.linear(igate, xn, L.indexer.compressor.wgate);
+        iw = alloc(Shape{T, hi});
+        from_x.push_back({ikv, &L.indexer.compressor.wkv});
+        from_x.push_back({igate, &L.indexer.compressor.wgate});
+        from_x.push_back({iw, &L.indexer.weights_proj});
+    }
+    be.linears(xn, from_x);
+    be.rms_norm(cq, cq, L.q_norm.f32(), c.rms_eps);
+    // Queries: from the normed latent, per-head unweighted RMS, RoPE on the last dims.
+    Tensor q = alloc(Shape{T, H, d});
+    std::vector<Backend::Projection> from_cq = {{q.view().reshape(Shape{T, H * d}), &L.wq_b}};
+    if (L.has_indexer) {
         iq = alloc(Shape{T, hi, di});
-        be.linear(iq.view().reshape(Shape{T, hi * di}), cq, L.indexer.wq_b);
+        from_cq.push_back({iq.view().reshape(Shape{T, hi * di}), &L.indexer.wq_b});
+    }
+    be.linears(cq, from_cq);
+    be.rms_norm(q, q, nullptr, c.rms_eps);
+    be.rope(q, pos, inv_freq, rope.dim, af, false);
+    be.rms_norm(kv, kv, L.kv_norm.f32(), c.rms_eps);
+    be.rope(kv, pos, inv_freq, rope.dim, af, false);
+    if (L.has_indexer) {
         be.rope(iq, pos, compress_inv_freq_.f32(), c.compress_rope.dim,
                 static_cast<float>(c.compress_rope.attention_factor), false);
-        iw = alloc(Shape{T, hi});
-        be.linear(iw, xn, L.indexer.weights_proj);
         be.scale(iw, 1.0f / std::sqrt(static_cast<float>(hi)));
     }
 

@@ -1,0 +1,41 @@
+// Host-side launch helpers shared by the kernels that use thread-block clusters and large shared memory.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "backend/cuda/cuda_common.cuh"
+
+namespace deepinfer::cuda {
+
+// Raises `kernel`'s dynamic shared memory limit to `bytes`, once per device (`configured`: one bit per device,
+// static at the call site).
+template <typename Kernel>
+void allow_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& configured) {
+    int dev = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    if (configured.load() >> (dev % 64) & 1) return;
+    DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+    configured.fetch_or(uint64_t{1} << (dev % 64));
+}
+
+// kernel<<<grid, threads, smem, stream>>>(params) with the grid's x dimension in clusters of cluster_x blocks.
+template <typename Kernel, typename Params>
+void launch_clustered(Kernel kernel, dim3 grid, int cluster_x, int threads, int smem, cudaStream_t stream,
+                      const Params& params) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster_x;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+}
+
+}  // namespace deepinfer::cuda
