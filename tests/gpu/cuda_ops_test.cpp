@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -195,42 +196,97 @@ TEST_F(CudaOps, FakeQuantizeIsBitwiseTheCpuRecipe) {
     }
 }
 
+// Every hyper-connection op against the CPU. The mix dot products split the width into chunks of 512 and take
+// one kernel for up to 64 rows and a tiled one above (8 rows of fn per block below 512 rows, 24 from there):
+// d = 96 and 33 fit one partial chunk; n = 3 makes widths that are not whole float4s and a generic n; 5000
+// rows cross the 4096-row scratch slabs. The model's shape (n = 4, d = 4096: width 16384) at 1, 3, 8 and 300
+// rows takes fn ~ N(0, 1 / width), so the logits are O(1): with larger ones (std 0.05: logits ~6) the CPU
+// oracle's own serial-sum error over 16384 terms (~sqrt(width) * 2^-24 relative) reaches ~7e-6 of the 1e-5 bound.
 TEST_F(CudaOps, HyperConnections) {
-    const int n = 4, rows = 11;
-    const int64_t d = 96, mix = (2 + n) * n;
-    Tensor streams = host(randn(rows * n * d), Shape{rows, n, d});
-    Tensor fn = host(randn(mix * n * d, 0.05f), Shape{mix, n * d}), base = host(randn(mix, 0.5f), Shape{mix});
-    Tensor scale = host({0.7f, 1.3f, 0.9f}, Shape{3});
-    Tensor fnd = device(fn), based = device(base), scaled = device(scale), sd = device(streams);
-    const HcParams hp{fn.f32(), base.f32(), scale.f32(), n, 20, 1e-6f, 1e-6f};
+    struct Case {
+        int n;
+        int64_t rows, d;
+    };
+    for (Case k : {Case{4, 11, 96}, Case{3, 5, 33}, Case{3, 70, 33}, Case{4, 5000, 8}, Case{4, 1, 4096},
+                   Case{4, 3, 4096}, Case{4, 8, 4096}, Case{4, 300, 4096}}) {
+        const int n = k.n;
+        const int64_t rows = k.rows, d = k.d, mix = (2 + n) * n;
+        const float fn_std = d == 4096 ? 1.0f / std::sqrt(float(n * d)) : 0.05f;
+        SCOPED_TRACE(testing::Message() << "n " << n << " rows " << rows << " d " << d);
+        Tensor streams = host(randn(rows * n * d), Shape{rows, n, d});
+        Tensor fn = host(randn(mix * n * d, fn_std), Shape{mix, n * d}), base = host(randn(mix, 0.5f), Shape{mix});
+        Tensor scale = host({0.7f, 1.3f, 0.9f}, Shape{3});
+        Tensor fnd = device(fn), based = device(base), scaled = device(scale), sd = device(streams);
+        const HcParams hp{fn.f32(), base.f32(), scale.f32(), n, 20, 1e-6f, 1e-6f};
+        const HcParams dp{fnd.f32(), based.f32(), scaled.f32(), n, 20, 1e-6f, 1e-6f};
+
+        Tensor pre = Tensor::f32(Shape{rows, n}), post = Tensor::f32(Shape{rows, n});
+        Tensor comb = Tensor::f32(Shape{rows, n, n});
+        cpu_->hc_mix(pre, post, comb, streams, hp);
+        Tensor pre_d = poisoned(pre.shape()), post_d = poisoned(post.shape()), comb_d = poisoned(comb.shape());
+        gpu_->hc_mix(pre_d, post_d, comb_d, sd, dp);
+        EXPECT_LE(rel_error(fetch(pre_d), values(pre)), kBound);
+        EXPECT_LE(rel_error(fetch(post_d), values(post)), kBound);
+        EXPECT_LE(rel_error(fetch(comb_d), values(comb)), kBound);
+
+        Tensor collapsed = Tensor::f32(Shape{rows, d}), collapsed_d = poisoned(Shape{rows, d});
+        cpu_->hc_pre(collapsed, post, comb, streams, hp);
+        gpu_->hc_pre(collapsed_d, post_d, comb_d, sd, dp);
+        EXPECT_LE(rel_error(fetch(collapsed_d), values(collapsed)), kBound);
+
+        Tensor y = host(randn(rows * d), Shape{rows, d}), yd = device(y);
+        Tensor expanded = Tensor::f32(streams.shape()), expanded_d = poisoned(streams.shape());
+        cpu_->hc_post(expanded, y, post, comb, streams);
+        gpu_->hc_post(expanded_d, yd, post_d, comb_d, sd);
+        EXPECT_LE(rel_error(fetch(expanded_d), values(expanded)), kBound);
+
+        Tensor hfn = host(randn(n * n * d, fn_std), Shape{n, n * d}), hbase = host(randn(n, 0.5f), Shape{n});
+        Tensor hscale = host({1.1f}, Shape{1});
+        Tensor hfnd = device(hfn), hbased = device(hbase), hscaled = device(hscale);
+        Tensor head = Tensor::f32(Shape{rows, d}), head_d = poisoned(Shape{rows, d});
+        cpu_->hc_head(head, streams, HcParams{hfn.f32(), hbase.f32(), hscale.f32(), n, 0, 1e-6f, 1e-6f});
+        gpu_->hc_head(head_d, sd, HcParams{hfnd.f32(), hbased.f32(), hscaled.f32(), n, 0, 1e-6f, 1e-6f});
+        EXPECT_LE(rel_error(fetch(head_d), values(head)), kBound);
+    }
+}
+
+// A row's mix coefficients and head output are bitwise the same alone or inside a larger call: the sums'
+// order depends only on the width. 520 rows take the tiled kernel with 24 fn rows per block; the slices take
+// the few-row kernel (1, 3, 8 rows) and the tiled one with 8 fn rows per block (300 rows).
+TEST_F(CudaOps, HyperConnectionsIgnoreRowCount) {
+    const int n = 4, mix = (2 + n) * n;
+    const int64_t rows = 520, d = 4096, width = n * d;
+    const float fn_std = 1.0f / std::sqrt(float(width));
+    Tensor streams = host(randn(rows * width), Shape{rows, n, d}), sd = device(streams);
+    Tensor fnd = device(host(randn(mix * width, fn_std), Shape{mix, width}));
+    Tensor based = device(host(randn(mix, 0.5f), Shape{mix})), scaled = device(host({0.7f, 1.3f, 0.9f}, Shape{3}));
+    Tensor hfnd = device(host(randn(n * width, fn_std), Shape{n, width}));
+    Tensor hbased = device(host(randn(n, 0.5f), Shape{n})), hscaled = device(host({1.1f}, Shape{1}));
     const HcParams dp{fnd.f32(), based.f32(), scaled.f32(), n, 20, 1e-6f, 1e-6f};
+    const HcParams hp{hfnd.f32(), hbased.f32(), hscaled.f32(), n, 0, 1e-6f, 1e-6f};
 
-    Tensor pre = Tensor::f32(Shape{rows, n}), post = Tensor::f32(Shape{rows, n}), comb = Tensor::f32(Shape{rows, n, n});
-    cpu_->hc_mix(pre, post, comb, streams, hp);
-    Tensor pre_d = poisoned(pre.shape()), post_d = poisoned(post.shape()), comb_d = poisoned(comb.shape());
-    gpu_->hc_mix(pre_d, post_d, comb_d, sd, dp);
-    EXPECT_LE(rel_error(fetch(pre_d), values(pre)), kBound);
-    EXPECT_LE(rel_error(fetch(post_d), values(post)), kBound);
-    EXPECT_LE(rel_error(fetch(comb_d), values(comb)), kBound);
-
-    Tensor collapsed = Tensor::f32(Shape{rows, d}), collapsed_d = poisoned(Shape{rows, d});
-    cpu_->hc_pre(collapsed, post, comb, streams, hp);
-    gpu_->hc_pre(collapsed_d, post_d, comb_d, sd, dp);
-    EXPECT_LE(rel_error(fetch(collapsed_d), values(collapsed)), kBound);
-
-    Tensor y = host(randn(rows * d), Shape{rows, d}), yd = device(y);
-    Tensor expanded = Tensor::f32(streams.shape()), expanded_d = poisoned(streams.shape());
-    cpu_->hc_post(expanded, y, post, comb, streams);
-    gpu_->hc_post(expanded_d, yd, post_d, comb_d, sd);
-    EXPECT_LE(rel_error(fetch(expanded_d), values(expanded)), kBound);
-
-    Tensor hfn = host(randn(n * n * d, 0.05f), Shape{n, n * d}), hbase = host(randn(n, 0.5f), Shape{n});
-    Tensor hscale = host({1.1f}, Shape{1});
-    Tensor hfnd = device(hfn), hbased = device(hbase), hscaled = device(hscale);
-    Tensor head = Tensor::f32(Shape{rows, d}), head_d = poisoned(Shape{rows, d});
-    cpu_->hc_head(head, streams, HcParams{hfn.f32(), hbase.f32(), hscale.f32(), n, 0, 1e-6f, 1e-6f});
-    gpu_->hc_head(head_d, sd, HcParams{hfnd.f32(), hbased.f32(), hscaled.f32(), n, 0, 1e-6f, 1e-6f});
-    EXPECT_LE(rel_error(fetch(head_d), values(head)), kBound);
+    Tensor pre = poisoned(Shape{rows, n}), post = poisoned(Shape{rows, n}), comb = poisoned(Shape{rows, n, n});
+    Tensor head = poisoned(Shape{rows, d});
+    gpu_->hc_mix(pre, post, comb, sd, dp);
+    gpu_->hc_head(head, sd, hp);
+    const std::vector<float> pre_all = fetch(pre), post_all = fetch(post), comb_all = fetch(comb);
+    const std::vector<float> head_all = fetch(head);
+    auto rows_of = [](const std::vector<float>& v, int64_t per_row, int64_t b, int64_t e) {
+        return std::vector<float>(v.begin() + b * per_row, v.begin() + e * per_row);
+    };
+    const std::pair<int64_t, int64_t> slices[] = {{0, 1}, {517, 520}, {64, 72}, {100, 400}};
+    for (auto [b, e] : slices) {
+        SCOPED_TRACE(testing::Message() << "rows " << b << ".." << e);
+        const int64_t t = e - b;
+        Tensor pre_s = poisoned(Shape{t, n}), post_s = poisoned(Shape{t, n}), comb_s = poisoned(Shape{t, n, n});
+        Tensor head_s = poisoned(Shape{t, d});
+        gpu_->hc_mix(pre_s, post_s, comb_s, sd.view().slice_rows(b, e), dp);
+        gpu_->hc_head(head_s, sd.view().slice_rows(b, e), hp);
+        EXPECT_EQ(fetch(pre_s), rows_of(pre_all, n, b, e));
+        EXPECT_EQ(fetch(post_s), rows_of(post_all, n, b, e));
+        EXPECT_EQ(fetch(comb_s), rows_of(comb_all, n * n, b, e));
+        EXPECT_EQ(fetch(head_s), rows_of(head_all, d, b, e));
+    }
 }
 
 TEST_F(CudaOps, SparseAttentionAndIndexerScores) {

@@ -1,76 +1,261 @@
-// Manifold-constrained hyper-connections: mix coefficients (dot products spread over (token, row) blocks, then
-// a per-token finish with Sinkhorn), collapse and expand.
+// Manifold-constrained hyper-connections: mix coefficients (split-width dot products, then a per-token finish
+// with Sinkhorn), collapse and expand.
+//
+// Mix logits: for token t with flattened streams f_t [W = n * D] and fn [M, W], raw[t, j] = f_t . fn_j for
+// j < M and raw[t, M] = f_t . f_t (the sum of squares, handled as one more "row" whose weights are f_t itself).
+// At the model's shape (W = 16384, M = 24) fn is 1.5 MB and f 64 KB per token: a decode step is bound by memory
+// latency, so the width is split over many blocks; a prefill by reading f once and its 2 * 25 FLOP per value, so
+// 64 tokens share each staged piece of fn. The sums are done in a fixed order that depends only on W:
+//   - W is cut into chunks of kChunk = 512 floats, and each chunk into 8 slices (one per warp); slice a of chunk
+//     c is the four 16-float pieces at c * 512 + s * 128 + a * 16 (s = 0..3). Each slice is summed serially,
+//     fmaf from 0 in ascending k (positions past W count as zeros).
+//   - A chunk's partial is slice 0 + slice 1 + ... + slice 7, in that order; the partials go to a scratch
+//     [T, chunks, M + 1] and the finish kernel adds them in chunk order.
+// Two kernels compute exactly this, one for a few tokens (lanes own rows, whole chunk staged at once: one
+// memory latency per block) and one for many (lanes own tokens, fn staged in shared memory and reused by 64
+// tokens, f read once). Neither the kernel choice nor any tile shape changes the arithmetic, so a token's
+// coefficients are bitwise the same whatever else is in the call (batch-invariant by construction).
+#include <algorithm>
+#include <cstdint>
+
 #include "backend/cuda/kernels.h"
 
 namespace deepinfer::cuda {
 
 namespace {
 
+constexpr int kWarps = 8, kThreads = kWarps * 32;
+constexpr int kStep = 128;               // width staged per step; warp a owns [a * 16, a * 16 + 16) of it
+constexpr int kPiece = kStep / kWarps;   // 16
+constexpr int kSteps = 4;                // steps per chunk
+constexpr int kChunk = kStep * kSteps;   // 512 floats of width per partial
+constexpr int kTileTokens = 64;          // tokens per block of the tiled kernel (2 per lane)
+constexpr int kTilePad = kStep + 4;      // staged f row stride: rows land 16 bytes apart across banks
+constexpr int kGroupTokens = 8;          // tokens per block of the few-token kernel
+constexpr int64_t kFewTokens = 64;       // up to this many tokens take the few-token kernel
+constexpr int64_t kWideRowTokens = 512;  // from this many tokens the tiled kernel covers 24 rows per block
+constexpr int64_t kSlabTokens = 4096;    // tokens per partials scratch (13 MB at W = 16384, M = 24)
+constexpr int kFinishTokens = 8;         // tokens per finish block: enough blocks to overlap the partial loads
+
 __device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// mix[t, j] = (fn_j . f_t) * rsqrt(mean(f_t^2) + eps) for token t's flattened streams f_t [n * D]. One block
-// per (t, j): a decode step has a handful of tokens, and one block per token left all but a few
-// multiprocessors idle while it walked (2 + n) * n dot products of n * D.
-__global__ void mix_logits_kernel(float* __restrict__ mix, const float* __restrict__ streams, int64_t width,
-                                  const float* __restrict__ fn, float norm_eps) {
-    const int64_t t = blockIdx.x;
-    const int j = blockIdx.y, rows = gridDim.y;
-    const float* f = streams + t * width;
-    float ss = 0;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += f[i] * f[i];
-    const float inv = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(width) + norm_eps);
-    float acc = 0;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) acc += (f[i] * inv) * fn[j * width + i];
-    acc = block_sum(acc);
-    if (threadIdx.x == 0) mix[t * rows + j] = acc;
+// row[k .. k + 3], zeros past `width`. vec: width % 4 == 0 and rows 16-byte aligned (then k % 4 == 0 keeps a
+// float4 wholly inside or wholly past the row).
+__device__ __forceinline__ float4 load4(const float* __restrict__ row, int64_t k, int64_t width, bool vec) {
+    if (vec) return k < width ? *reinterpret_cast<const float4*>(row + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+    float4 v;
+    v.x = k < width ? row[k] : 0.f;
+    v.y = k + 1 < width ? row[k + 1] : 0.f;
+    v.z = k + 2 < width ? row[k + 2] : 0.f;
+    v.w = k + 3 < width ? row[k + 3] : 0.f;
+    return v;
+}
+
+__device__ __forceinline__ float fma4(float4 x, float4 w, float acc) {
+    acc = fmaf(x.x, w.x, acc);
+    acc = fmaf(x.y, w.y, acc);
+    acc = fmaf(x.z, w.z, acc);
+    return fmaf(x.w, w.w, acc);
+}
+
+// Few tokens (decode). Block (chunk c, group of 8 tokens); warp a computes slice a; lane v owns virtual row v
+// (v == M: sum of squares) and keeps its 64 fn values of the slice in registers for all the group's tokens.
+// The group's f chunk is staged in shared memory while the fn loads are in flight.
+// part: [T, chunks, M + 1] f32; f: [T, W] f32; fn: [M, W] f32.
+__global__ void __launch_bounds__(kThreads)
+    hc_dots_few_kernel(float* __restrict__ part, const float* __restrict__ f, const float* __restrict__ fn,
+                       int64_t tokens, int64_t width, int rows, int chunks, bool vec) {
+    extern __shared__ __align__(16) float smem[];
+    float* fs = smem;                           // [8 tokens, 512] f32: the group's chunk
+    float* red = smem + kGroupTokens * kChunk;  // [8 tokens, 8 slices, M + 1] f32: slice sums
+    const int c = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, stride = rows + 1;
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kGroupTokens, k0 = static_cast<int64_t>(c) * kChunk;
+    const int nt = static_cast<int>(min(static_cast<int64_t>(kGroupTokens), tokens - t0));
+    for (int i = threadIdx.x; i < kGroupTokens * kChunk / 4; i += kThreads) {
+        const int r = i / (kChunk / 4), q = i % (kChunk / 4);
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (r < nt) v = load4(f + (t0 + r) * width, k0 + 4 * q, width, vec);
+        reinterpret_cast<float4*>(fs)[i] = v;
+    }
+    float4 w[kSteps * 4];  // fn_v at k0 + s * 128 + a * 16 + 4 q, index s * 4 + q
+    auto load_row = [&](int v) {
+#pragma unroll
+        for (int i = 0; i < kSteps * 4; ++i)
+            w[i] = v < rows ? load4(fn + v * width, k0 + (i / 4) * kStep + warp * kPiece + 4 * (i % 4), width, vec)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+    };
+    load_row(lane);
+    __syncthreads();
+    for (int v = lane; v <= rows; v += 32) {
+        if (v != lane) load_row(v);
+        for (int tt = 0; tt < nt; ++tt) {
+            const float* x = fs + tt * kChunk + warp * kPiece;
+            float acc = 0;
+#pragma unroll
+            for (int i = 0; i < kSteps * 4; ++i) {
+                const float4 xv = *reinterpret_cast<const float4*>(x + (i / 4) * kStep + 4 * (i % 4));
+                acc = fma4(xv, v < rows ? w[i] : xv, acc);
+            }
+            red[(tt * kWarps + warp) * stride + v] = acc;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nt * stride; i += kThreads) {
+        const int tt = i / stride, v = i % stride;
+        const float* s = red + tt * kWarps * stride + v;
+        float sum = s[0];
+        for (int a = 1; a < kWarps; ++a) sum += s[a * stride];
+        part[((t0 + tt) * chunks + c) * stride + v] = sum;
+    }
+}
+
+// Many tokens (prefill). Block (chunk c, tile of 64 tokens, group g of R rows); warp a computes slice a; lane l
+// owns tokens l and l + 32 and accumulates all R rows and the sum of squares for both. Per step the block
+// stages f [64, 128] and fn [R, 128] in shared memory; fn reads are warp-wide broadcasts, so one f value read
+// feeds R FMAs. Rows past M are zeros and not written; only group 0 writes the sum of squares.
+template <int R>
+__global__ void __launch_bounds__(kThreads, 2)
+    hc_dots_tiled_kernel(float* __restrict__ part, const float* __restrict__ f, const float* __restrict__ fn,
+                         int64_t tokens, int64_t width, int rows, int chunks, bool vec) {
+    __shared__ __align__(16) float tile[kTileTokens * kTilePad];  // [64, 128 + 4] f32 f; then [8, 32, R + 1] sums
+    __shared__ __align__(16) float wtile[R * kStep];              // [R, 128] f32 fn
+    static_assert(kWarps * 32 * (R + 1) <= kTileTokens * kTilePad, "slice sums must fit the f tile");
+    const int c = blockIdx.x, g = blockIdx.z, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTileTokens;
+    float acc[2][R], ss[2] = {0.f, 0.f};
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = 0.f;
+    for (int s = 0; s < kSteps; ++s) {
+        const int64_t k0 = static_cast<int64_t>(c) * kChunk + s * kStep;
+        for (int i = threadIdx.x; i < kTileTokens * kStep / 4; i += kThreads) {
+            const int r = i / (kStep / 4), q = i % (kStep / 4);
+            const int64_t t = t0 + r;
+            const float4 v =
+                t < tokens ? load4(f + t * width, k0 + 4 * q, width, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
+            *reinterpret_cast<float4*>(tile + r * kTilePad + 4 * q) = v;
+        }
+        for (int i = threadIdx.x; i < R * kStep / 4; i += kThreads) {
+            const int r = i / (kStep / 4), q = i % (kStep / 4), j = g * R + r;
+            const float4 v = j < rows ? load4(fn + j * width, k0 + 4 * q, width, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
+            *reinterpret_cast<float4*>(wtile + r * kStep + 4 * q) = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int q = 0; q < kPiece / 4; ++q) {
+            const int col = warp * kPiece + 4 * q;
+            const float4 x0 = *reinterpret_cast<const float4*>(tile + lane * kTilePad + col);
+            const float4 x1 = *reinterpret_cast<const float4*>(tile + (lane + 32) * kTilePad + col);
+            ss[0] = fma4(x0, x0, ss[0]);
+            ss[1] = fma4(x1, x1, ss[1]);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const float4 wv = *reinterpret_cast<const float4*>(wtile + r * kStep + col);
+                acc[0][r] = fma4(x0, wv, acc[0][r]);
+                acc[1][r] = fma4(x1, wv, acc[1][r]);
+            }
+        }
+        __syncthreads();
+    }
+    // Slice sums in slice order, one token half at a time (the [8, 64, R + 1] sums would not fit).
+    float* red = tile;  // [8 slices, 32 lanes, R + 1] f32
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) red[(warp * 32 + lane) * (R + 1) + r] = acc[h][r];
+        red[(warp * 32 + lane) * (R + 1) + R] = ss[h];
+        __syncthreads();
+        for (int i = threadIdx.x; i < 32 * (R + 1); i += kThreads) {
+            const int l = i / (R + 1), r = i % (R + 1);
+            float sum = red[i];
+            for (int a = 1; a < kWarps; ++a) sum += red[a * 32 * (R + 1) + i];
+            const int64_t t = t0 + h * 32 + l;
+            const int j = r < R ? g * R + r : rows;
+            if (t < tokens && (r < R ? j < rows : g == 0)) part[(t * chunks + c) * (rows + 1) + j] = sum;
+        }
+        __syncthreads();
+    }
 }
 
 // From a token's mix logits [(2 + n) * n]: pre and post weights [n] and the Sinkhorn-normalised comb [n, n].
-// One thread per token.
-__global__ void hc_mix_finish_kernel(float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb,
-                                     const float* __restrict__ mix_all, int64_t tokens, HcDesc p) {
-    const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (t >= tokens) return;
-    const int n = p.n;
-    const float* mix = mix_all + t * (2 + n) * n;
-    float* pr = pre + t * n;
-    float* po = post + t * n;
-    float* c = comb + t * n * n;
+// N > 0: n == N, comb kept in registers; N == 0: any n, comb worked on in place in global memory.
+template <int N>
+__device__ __forceinline__ void mix_coefficients(float* __restrict__ pr, float* __restrict__ po,
+                                                 float* __restrict__ comb, const float* mix, const HcDesc& p) {
+    const int n = N > 0 ? N : p.n;
+    float regs[N > 0 ? N * N : 1];
+    float* c = N > 0 ? regs : comb;
+#pragma unroll
     for (int j = 0; j < n; ++j) {
         pr[j] = sigmoid(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
         po[j] = 2.0f * sigmoid(mix[n + j] * p.scale[1] + p.base[n + j]);
     }
+#pragma unroll
     for (int i = 0; i < n; ++i) {
         float m = -INFINITY;
+#pragma unroll
         for (int k = 0; k < n; ++k) {
             c[i * n + k] = mix[2 * n + i * n + k] * p.scale[2] + p.base[2 * n + i * n + k];
             m = fmaxf(m, c[i * n + k]);
         }
         float sum = 0;
+#pragma unroll
         for (int k = 0; k < n; ++k) sum += (c[i * n + k] = expf(c[i * n + k] - m));
+#pragma unroll
         for (int k = 0; k < n; ++k) c[i * n + k] = c[i * n + k] / sum + p.hc_eps;
     }
     for (int it = 0; it < p.sinkhorn_iters; ++it) {
         if (it > 0)  // rows, then columns; the first sweep normalises columns only
+#pragma unroll
             for (int i = 0; i < n; ++i) {
                 float sum = 0;
+#pragma unroll
                 for (int k = 0; k < n; ++k) sum += c[i * n + k];
+#pragma unroll
                 for (int k = 0; k < n; ++k) c[i * n + k] /= sum + p.hc_eps;
             }
+#pragma unroll
         for (int k = 0; k < n; ++k) {
             float sum = 0;
+#pragma unroll
             for (int i = 0; i < n; ++i) sum += c[i * n + k];
+#pragma unroll
             for (int i = 0; i < n; ++i) c[i * n + k] /= sum + p.hc_eps;
         }
     }
+    if (N > 0)
+#pragma unroll
+        for (int i = 0; i < n * n; ++i) comb[i] = c[i];
 }
 
-__global__ void hc_head_finish_kernel(float* __restrict__ pre, const float* __restrict__ mix, int64_t tokens,
-                                      HcDesc p) {
-    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (i >= tokens * p.n) return;
-    const int j = static_cast<int>(i % p.n);
-    pre[i] = sigmoid(mix[i] * p.scale[0] + p.base[j]) + p.hc_eps;
+// Per token: add the chunk partials in chunk order (threads over (token, virtual row)), then one thread per
+// token scales by rsqrt(mean square + eps) and makes the coefficients: pre/post/comb, or the head's pre only.
+// part: [T, chunks, M + 1] f32 with M = (2 + n) * n, or n for the head.
+template <int N, bool kHead>
+__global__ void __launch_bounds__(128)
+    hc_finish_kernel(float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb,
+                     const float* __restrict__ part, int64_t tokens, int chunks, int64_t width, HcDesc p) {
+    extern __shared__ float raw[];  // [8 tokens, M + 1] f32
+    const int n = N > 0 ? N : p.n;
+    const int rows = kHead ? n : (2 + n) * n, stride = rows + 1;
+    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kFinishTokens;
+    const int nt = static_cast<int>(min(static_cast<int64_t>(kFinishTokens), tokens - t0));
+    for (int i = threadIdx.x; i < nt * stride; i += blockDim.x) {
+        const float* src = part + (t0 + i / stride) * chunks * stride + i % stride;
+        float sum = src[0];
+#pragma unroll 8
+        for (int ch = 1; ch < chunks; ++ch) sum += src[ch * stride];
+        raw[i] = sum;
+    }
+    __syncthreads();
+    if (static_cast<int>(threadIdx.x) >= nt) return;
+    const int64_t t = t0 + threadIdx.x;
+    float* mix = raw + threadIdx.x * stride;
+    const float inv = 1.0f / sqrtf(mix[rows] / static_cast<float>(width) + p.norm_eps);
+    for (int j = 0; j < rows; ++j) mix[j] *= inv;
+    if (kHead) {
+        for (int j = 0; j < n; ++j) pre[t * n + j] = sigmoid(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
+    } else {
+        mix_coefficients<N>(pre + t * n, post + t * n, comb + t * n * n, mix, p);
+    }
 }
 
 __global__ void hc_collapse_kernel(float* __restrict__ out, const float* __restrict__ streams,
@@ -103,31 +288,84 @@ float* scratch_floats(int64_t n, cudaStream_t stream) {
     return static_cast<float*>(p);
 }
 
+int chunks_for(int64_t width) { return static_cast<int>((width + kChunk - 1) / kChunk); }
+
+// part [tokens, chunks, rows + 1] = the chunk partials of f [tokens, width] against fn [rows, width] and of the
+// sums of squares. The kernel and tile choice only affect speed (see the top of the file).
+void launch_dots(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
+                 cudaStream_t stream) {
+    const int chunks = chunks_for(width);
+    const bool vec =
+        width % 4 == 0 && reinterpret_cast<uintptr_t>(f) % 16 == 0 && reinterpret_cast<uintptr_t>(fn) % 16 == 0;
+    const size_t few_smem = (kGroupTokens * kChunk + kGroupTokens * kWarps * (rows + 1)) * sizeof(float);
+    if (tokens <= kFewTokens && few_smem <= 48 * 1024) {
+        const dim3 grid(static_cast<unsigned>(chunks), blocks_for(tokens, kGroupTokens));
+        hc_dots_few_kernel<<<grid, kThreads, few_smem, stream>>>(part, f, fn, tokens, width, rows, chunks, vec);
+    } else {
+        // 24 rows per block reads f once for the whole mix; with few tokens, 8 rows per block triples the
+        // blocks (f is re-read from L2) so that the grid still fills the GPU.
+        const unsigned tiles = blocks_for(tokens, kTileTokens);
+        if (rows <= 4) {
+            hc_dots_tiled_kernel<4>
+                <<<dim3(static_cast<unsigned>(chunks), tiles, blocks_for(rows, 4)), kThreads, 0, stream>>>(
+                    part, f, fn, tokens, width, rows, chunks, vec);
+        } else if (rows <= 8 || tokens < kWideRowTokens) {
+            hc_dots_tiled_kernel<8>
+                <<<dim3(static_cast<unsigned>(chunks), tiles, blocks_for(rows, 8)), kThreads, 0, stream>>>(
+                    part, f, fn, tokens, width, rows, chunks, vec);
+        } else {
+            hc_dots_tiled_kernel<24>
+                <<<dim3(static_cast<unsigned>(chunks), tiles, blocks_for(rows, 24)), kThreads, 0, stream>>>(
+                    part, f, fn, tokens, width, rows, chunks, vec);
+        }
+    }
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+// Runs the dots and the finish over slabs of at most kSlabTokens tokens, so the partials scratch stays small;
+// tokens are independent, so slabs do not change results.
+template <typename Finish>
+void mix_in_slabs(const float* streams, int64_t rows, int64_t width, const float* fn, int mix_rows, cudaStream_t stream,
+                  Finish finish) {
+    DI_ICHECK(kFinishTokens * (mix_rows + 1) * sizeof(float) <= 48 * 1024, "hc mix rows ", mix_rows, " too many");
+    const int chunks = chunks_for(width);
+    const int64_t slab = std::min(rows, kSlabTokens);
+    float* part = scratch_floats(slab * chunks * (mix_rows + 1), stream);  // [slab, chunks, M + 1] f32
+    for (int64_t t0 = 0; t0 < rows; t0 += slab) {
+        const int64_t count = std::min(slab, rows - t0);
+        launch_dots(part, streams + t0 * width, count, width, fn, mix_rows, stream);
+        finish(part, t0, count, chunks);
+        DI_CUDA_LAUNCH_CHECK();
+    }
+    DI_CUDA_CHECK(cudaFreeAsync(part, stream));
+}
+
 }  // namespace
 
-void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
-                   const HcDesc& p, cudaStream_t stream) {
+void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
+                   cudaStream_t stream) {
     if (rows == 0) return;
-    const int mix_rows = (2 + p.n) * p.n;
-    float* mix = scratch_floats(rows * mix_rows, stream);
-    mix_logits_kernel<<<dim3(static_cast<unsigned>(rows), mix_rows), 256, 0, stream>>>(mix, streams, p.n * d, p.fn,
-                                                                                     p.norm_eps);
-    DI_CUDA_LAUNCH_CHECK();
-    hc_mix_finish_kernel<<<blocks_for(rows, 128), 128, 0, stream>>>(pre, post, comb, mix, rows, p);
-    DI_CUDA_LAUNCH_CHECK();
-    DI_CUDA_CHECK(cudaFreeAsync(mix, stream));
+    const int n = p.n, mix_rows = (2 + n) * n;
+    const int64_t width = n * d;
+    const size_t smem = kFinishTokens * (mix_rows + 1) * sizeof(float);
+    mix_in_slabs(streams, rows, width, p.fn, mix_rows, stream,
+                 [&](const float* part, int64_t t0, int64_t count, int chunks) {
+                     auto kernel = n == 4 ? hc_finish_kernel<4, false> : hc_finish_kernel<0, false>;
+                     kernel<<<blocks_for(count, kFinishTokens), 128, smem, stream>>>(
+                         pre + t0 * n, post + t0 * n, comb + t0 * n * n, part, count, chunks, width, p);
+                 });
 }
 
 void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
                         cudaStream_t stream) {
     if (rows == 0) return;
-    float* mix = scratch_floats(rows * p.n, stream);
-    mix_logits_kernel<<<dim3(static_cast<unsigned>(rows), p.n), 256, 0, stream>>>(mix, streams, p.n * d, p.fn,
-                                                                                p.norm_eps);
-    DI_CUDA_LAUNCH_CHECK();
-    hc_head_finish_kernel<<<blocks_for(rows * p.n, 128), 128, 0, stream>>>(pre, mix, rows, p);
-    DI_CUDA_LAUNCH_CHECK();
-    DI_CUDA_CHECK(cudaFreeAsync(mix, stream));
+    const int n = p.n;
+    const int64_t width = n * d;
+    const size_t smem = kFinishTokens * (n + 1) * sizeof(float);
+    mix_in_slabs(streams, rows, width, p.fn, n, stream, [&](const float* part, int64_t t0, int64_t count, int chunks) {
+        hc_finish_kernel<0, true><<<blocks_for(count, kFinishTokens), 128, smem, stream>>>(
+            pre + t0 * n, nullptr, nullptr, part, count, chunks, width, p);
+    });
 }
 
 void launch_hc_collapse(float* out, const float* streams, const float* pre, int64_t rows, int64_t n, int64_t d,
