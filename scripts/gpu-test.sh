@@ -4,8 +4,9 @@
 # --bin: a folder holding deepinfer, cuda_ops_tests, v4_golden_tests and step_bench (default: the newest
 #   build folder with CUDA, searched for them); libraries they need may sit in DIR/lib or DIR/../lib.
 # --out: where logs and results go (default: gpu-results/). The test data comes from tests/data.
-# Runs: the CUDA op tests (each op against the CPU op), the V4 golden fixtures on the GPU (with the tensor-core
-# GEMM at the bf16 bound, then with DEEPINFER_CUDA_GEMM=tiled at the fp32 bounds), compute-sanitizer
+# Runs: the CUDA op tests (each op against the CPU op), the V4 golden fixtures on the GPU (in the default GEMM
+# mode and with DEEPINFER_CUDA_GEMM=tc, judged as the bf16 rows of the tolerance table, then with
+# DEEPINFER_CUDA_GEMM=tiled at the fp32 bounds), compute-sanitizer
 # memcheck on the golden full forward and greedy run (and memcheck, racecheck and synccheck on the newer op
 # tests), the golden fixtures in batch-invariant mode, the default model's perplexity on the GPU, the kernel
 # micro-benchmarks found beside deepinfer, generation through the engine on the GPU, then
@@ -62,18 +63,23 @@ step() {  # name, command...: runs it with its output in $out/<name>.log and a o
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 step cuda_ops "$bin_cuda_ops_tests"
 step golden_cuda env DEEPINFER_TEST_DEVICE=cuda "$bin_v4_golden_tests"
+step golden_cuda_tc env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_GEMM=tc "$bin_v4_golden_tests"
 step golden_cuda_tiled env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_GEMM=tiled "$bin_v4_golden_tests"
-grep -h "tests ran\|PASSED\|FAILED" "$out/cuda_ops.log" "$out/golden_cuda.log" "$out/golden_cuda_tiled.log" |
-    sed 's/^/      /'
+grep -h "tests ran\|PASSED\|FAILED" "$out/cuda_ops.log" "$out"/golden_cuda*.log | sed 's/^/      /'
 if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck env DEEPINFER_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --error-exitcode 1 \
         "$bin_v4_golden_tests" --gtest_filter='*FullForward*:*Greedy*'
     grep -h "ERROR SUMMARY" "$out/memcheck.log" | sed 's/^/      /'
-    # The newer kernels (selection, attention tiles and clusters, tensor-core GEMM, MoE) under every tool.
-    newer='CudaSelect*:CudaArgmax*:CudaAttention*:CudaGemmTc*:CudaMoe*'
+    # The newer kernels (selection, attention, GEMMs and GEMVs, cuBLAS, MoE, mHC) under memcheck and synccheck;
+    # racecheck (slow) on their smaller shapes.
+    newer='CudaSelect*:CudaArgmax*:CudaAttention*:CudaGemm*:CudaLinears*:CudaMoe*:CudaOps.HyperConnections*'
+    small='CudaSelect*:CudaArgmax*:CudaAttention.SparseAttentionDecodeShapes:CudaAttention.IndexerScoresShapes:'
+    small+='CudaGemmTc.GroupedLinear:CudaGemmTc.GemvTensorCoresGrouped:CudaLinears*:CudaMoe.RouteMatchesCpu'
     for tool in memcheck racecheck synccheck; do
-        step "ops_$tool" compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin_cuda_ops_tests" \
-            --gtest_filter="$newer"
+        filter="$newer"
+        [ "$tool" = racecheck ] && filter="$small"
+        step "ops_$tool" timeout 900 compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin_cuda_ops_tests" \
+            --gtest_filter="$filter"
         grep -h "ERROR SUMMARY" "$out/ops_$tool.log" | sed 's/^/      /'
     done
 fi
@@ -91,9 +97,10 @@ step perplexity_vs_reference awk -v a="$(json_number "$out/perplexity_cuda.json"
              exit !(a != "" && d < 0.005 && d > -0.005) }'
 sed 's/^/      /' "$out/perplexity_vs_reference.log"
 # Kernel micro-benchmarks, when built (bench/gemv, bench/attention, bench/gemm).
-for micro in gemv_bench attention_bench gemm_bench; do
-    path="$(dirname "$bin_deepinfer")/$micro"
-    [ -x "$path" ] && step "$micro" "$path"
+# (gemm_bench without the fp32 tiled kernel: seconds a call at prefill sizes, and measured before.)
+for micro in gemv_bench attention_bench "gemm_bench --no-tiled"; do
+    path="$(dirname "$bin_deepinfer")/${micro%% *}"
+    [ -x "$path" ] && step "${micro%% *}" "$path" ${micro#"${micro%% *}"}
 done
 # Greedy generation through the engine (paged state, async scheduling) gives the same ids on both devices
 # (on the fp32 GEMM: bf16 tensor cores need not keep every greedy id).

@@ -162,7 +162,7 @@ TEST_F(CudaGemmAuto, BothSidesOfTheThreshold) {
     }
 }
 
-// 2..8 rows in the bf16 modes take the tensor-core GEMV (gemv_tc.cu): every weight kind (FP8 with 32-wide
+// 2..16 rows in the bf16 modes take the tensor-core GEMV (gemv_tc.cu): every weight kind (FP8 with 32-wide
 // scale blocks, smaller than its 64-wide k blocks, stays on the fp32 GEMV). n = 77 ends in a partial tile of 16
 // features; k = 4096 with 40 features and k = 8192 (staged in slices of 2048 over 4 ranks) split K over a
 // cluster; n = 5000 makes blocks loop over tiles; k = 128 is one k block of FP4.
@@ -171,7 +171,7 @@ TEST_F(CudaGemmTc, GemvTensorCoresEveryKindAndRowCount) {
         int64_t n, k;
     };
     for (int format = 0; format < 7; ++format) {
-        for (int64_t t = 2; t <= 8; ++t) {
+        for (int64_t t = 2; t <= 16; ++t) {
             for (Shape2 s : {Shape2{77, 256}, Shape2{40, 4096}, Shape2{300, 8192}, Shape2{5000, 128}})
                 check(format, t, s.n, s.k);
         }
@@ -181,7 +181,7 @@ TEST_F(CudaGemmTc, GemvTensorCoresEveryKindAndRowCount) {
 // Grouped at decode row counts: per group w_row0 = g * 96 and ldc = 4 * 96.
 TEST_F(CudaGemmTc, GemvTensorCoresGrouped) {
     for (int format : {1, 4, 6}) {
-        for (int64_t t : {2, 5, 8}) check(format, t, 4 * 96, 256, 4);
+        for (int64_t t : {2, 5, 8, 9, 16}) check(format, t, 4 * 96, 256, 4);
     }
 }
 

@@ -176,8 +176,8 @@ public:
         const auto op = profiler_->scope(t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
         cuda::launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), t, stream_);
     }
-    // 2..8 rows go to the tensor-core GEMV where the GEMM mode computes from bf16 inputs anyway; one row stays on
-    // the fp32 GEMV (memory-bound either way, and exact). Batch-invariant mode takes neither (see matmul()).
+    // 2..16 rows go to the tensor-core GEMV where the GEMM mode computes from bf16 inputs anyway; one row stays
+    // on the fp32 GEMV (memory-bound either way, and exact). Batch-invariant mode takes neither (see matmul()).
     bool tc_gemv(int64_t rows, const WeightDesc& d) const {
         return !batch_invariant_ && gemm_mode_ != GemmMode::kTiled && cuda::gemv_tc_applies(rows, d);
     }

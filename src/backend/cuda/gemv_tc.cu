@@ -1,9 +1,9 @@
-// Products of 2..8 activation rows on the tensor cores (batched decode). The fp32 GEMV (gemv.cu) does a fused
+// Products of 2..16 activation rows on the tensor cores (batched decode). The fp32 GEMV (gemv.cu) does a fused
 // multiply-add per weight and row, so at 8 rows it runs out of arithmetic long before the weights stream at the
 // card's bandwidth; here one mma.sync m16n8k16 takes 16 weights of 8 features for all rows at once.
 //
-// Roles: A = the activations (16 rows of which 2..8 are real, the rest zero), B = W^T (16 k x 8 features),
-// C = out [rows, 8 features] f32. Lane (g = lane / 4, c = lane % 4) supplies B for feature g and A for row g.
+// Roles: A = the activations (16 rows, zero past the real ones), B = W^T (16 k x 8 features), C = out [16 rows,
+// 8 features] f32. Lane (g = lane / 4, c = lane % 4) supplies B for feature g and A for rows g and g + 8.
 // The dot product does not care which k meets which, so the mma's 16 logical k of a step are mapped to
 // physical k as: lane c's logical pairs {2c, 2c+1} and {2c+8, 2c+9} are physical 4 consecutive weights
 // c * E + 4j .. c * E + 4j + 3 of its 16-byte weight chunk (E weights), step j = 0 .. E/4 - 1. So each lane
@@ -34,7 +34,7 @@ using namespace chunks;
 constexpr int kThreads = 256;
 constexpr int kFeatureWarps = 2, kKWarps = 4;  // warps along features and along K
 constexpr int kTile = 8 * kFeatureWarps;       // features per tile
-constexpr int kRows = 8;                        // activation rows at most
+constexpr int kRows = 16;                       // activation rows at most (the MMA's M)
 constexpr int kSliceK = 2048;                   // staged activations per rank: 8 rows x 2048 bf16 = 32 KiB
 constexpr int kPad = 8;                         // bf16 padding per staged row (rotates the banks)
 constexpr int kU = 2;                           // chunks per lane in flight
@@ -46,6 +46,7 @@ struct GemvTcParams {
     float* out;      // [rows, ldc] f32
     int64_t lda, ldc, w_row0, n_out;
     int rows, tiles;
+    int x_vec4;        // x rows 16-byte aligned: stage with float4 loads
     int slice_blocks;  // k blocks (4 E weights) per cluster rank
     int scale_shift;   // FP8: log2(k blocks per 128-wide scale block); FP4: 0 (a chunk is one group)
 };
@@ -55,13 +56,14 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// C[16 x 8] += A[16 x 16] . B[16 x 8], bf16 inputs, f32 accumulators (rows 8..15 of A are zero here).
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0, uint32_t b1) {
+// C[16 x 8] += A[16 x 16] . B[16 x 8], bf16 inputs, f32 accumulators. a0, a2: row g; a1, a3: row g + 8.
+__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                    uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // A chunk of E weights as E/2 bf16 pairs, times its scale.
@@ -85,7 +87,7 @@ template <int K>
 __global__ void __launch_bounds__(kThreads, 3) gemv_tc_kernel(const __grid_constant__ GemvTcParams p) {
     constexpr int E = kElems<K>, KB = 4 * E, W2 = E / 2;  // weights per chunk, k per block, words per chunk
     constexpr bool kScaled = K == kFP8 || K == kFP4;
-    extern __shared__ __align__(16) uint16_t xs[];  // [kRows][stride] bf16: this rank's K slice
+    extern __shared__ __align__(16) uint16_t xs[];  // [p.rows][stride] bf16: this rank's K slice
     __shared__ float red[kKWarps][kTile][kRows];    // [K quarter, feature, row] partial sums
 
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -95,18 +97,10 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_tc_kernel(const __grid_const
     const int nkb = static_cast<int>(max(int64_t{0}, min(blocks - kb0, int64_t{p.slice_blocks})));
     const int stride = p.slice_blocks * KB + kPad;
 
-    // Stage the slice's activations as bf16 (rows >= p.rows are never read).
-    for (int i = threadIdx.x; i < p.rows * nkb * KB / 2; i += kThreads) {
-        const int per_row = nkb * KB / 2, t = i / per_row, k2 = 2 * (i - t * per_row);
-        const float* src = p.x + t * p.lda + kb0 * KB + k2;
-        *reinterpret_cast<uint32_t*>(xs + t * stride + k2) = pack_bf16(src[0], src[1]);
-    }
-    __syncthreads();
-
     const uint4* wdata = reinterpret_cast<const uint4*>(p.w.data);
     const int64_t chunks_per_row = p.w.cols / E;
     const uint16_t* xrow = xs + g * stride + c * E;  // row g's activations at this lane's offset in a block
-    const bool row_live = g < p.rows;
+    bool staged = false;
     for (int tile = blockIdx.y; tile < p.tiles; tile += gridDim.y) {
         const int64_t n = static_cast<int64_t>(tile) * kTile + wf * 8 + g;  // this lane's feature (B column)
         const int64_t row = p.w_row0 + min(n, p.n_out - 1);  // past the end: a copy, never written
@@ -139,7 +133,33 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_tc_kernel(const __grid_const
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         const int iters = (nkb - wk + kKWarps - 1) / kKWarps;  // this warp's k blocks
         Batch cur;
-        load(cur, 0);
+        load(cur, 0);  // in flight while the activations are staged
+        if (!staged) {
+            // The slice's activations as bf16, 4 per step (16-byte loads when aligned), 4 loads in flight.
+            const int per_row = nkb * KB / 4, total = p.rows * per_row;
+            for (int i0 = threadIdx.x; i0 < total; i0 += 4 * kThreads) {
+                float4 v[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int i = i0 + u * kThreads;
+                    if (i >= total) break;
+                    const int t = i / per_row, k4 = 4 * (i - t * per_row);
+                    const float* src = p.x + t * p.lda + kb0 * KB + k4;
+                    v[u] = p.x_vec4 ? __ldg(reinterpret_cast<const float4*>(src))
+                                    : make_float4(src[0], src[1], src[2], src[3]);
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int i = i0 + u * kThreads;
+                    if (i >= total) break;
+                    const int t = i / per_row, k4 = 4 * (i - t * per_row);
+                    *reinterpret_cast<uint2*>(xs + t * stride + k4) =
+                        make_uint2(pack_bf16(v[u].x, v[u].y), pack_bf16(v[u].z, v[u].w));
+                }
+            }
+            __syncthreads();
+            staged = true;
+        }
         for (int i0 = 0; i0 < iters; i0 += kU) {
             Batch nxt;
             load(nxt, i0 + kU);
@@ -150,32 +170,41 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_tc_kernel(const __grid_const
                 // FP4's decode gives 2^-6 times the value: fold 64 into the scale.
                 chunk_to_bf16<K>(cur.v[u], K == kFP4 ? cur.s[u] * 64.0f : cur.s[u], wb);
                 const int kb = wk + kKWarps * (i0 + u);
-                uint32_t xa[W2];
-                const uint16_t* xp = xrow + kb * KB;
-                if (row_live) {
+                // Rows g and g + 8 of the activations at this lane's k positions (zero past p.rows), 8 at a time
+                // (two MMA steps; f32 weights: 4, one step).
+                constexpr int kSteps = E / 4 < 2 ? E / 4 : 2;
 #pragma unroll
-                    for (int q = 0; q < W2 / 4; ++q) {
-                        const uint4 v = *reinterpret_cast<const uint4*>(xp + 8 * q);
-                        xa[4 * q] = v.x, xa[4 * q + 1] = v.y, xa[4 * q + 2] = v.z, xa[4 * q + 3] = v.w;
-                    }
-                    if constexpr (W2 % 4 != 0) {  // f32 weights: 4 per chunk, 2 words
-                        const uint2 v = *reinterpret_cast<const uint2*>(xp);
-                        xa[0] = v.x, xa[1] = v.y;
-                    }
-                } else {
+                for (int q = 0; q < (E / 4) / kSteps; ++q) {
+                    uint32_t xa[2][4] = {};
 #pragma unroll
-                    for (int q = 0; q < W2; ++q) xa[q] = 0u;
+                    for (int h = 0; h < 2; ++h) {
+                        if (g + 8 * h >= p.rows) continue;
+                        const uint16_t* xp = xrow + h * 8 * stride + kb * KB + 8 * q;
+                        if constexpr (kSteps == 2) {
+                            const uint4 v = *reinterpret_cast<const uint4*>(xp);
+                            xa[h][0] = v.x, xa[h][1] = v.y, xa[h][2] = v.z, xa[h][3] = v.w;
+                        } else {
+                            const uint2 v = *reinterpret_cast<const uint2*>(xp);
+                            xa[h][0] = v.x, xa[h][1] = v.y;
+                        }
+                    }
+#pragma unroll
+                    for (int jj = 0; jj < kSteps; ++jj) {
+                        const int j = kSteps * q + jj;
+                        mma(acc, xa[0][2 * jj], xa[1][2 * jj], xa[0][2 * jj + 1], xa[1][2 * jj + 1], wb[2 * j],
+                            wb[2 * j + 1]);
+                    }
                 }
-#pragma unroll
-                for (int j = 0; j < E / 4; ++j) mma(acc, xa[2 * j], xa[2 * j + 1], wb[2 * j], wb[2 * j + 1]);
             }
             cur = nxt;
         }
 
-        // acc[0..1]: row g, features 2c, 2c + 1 of the warp's 8. Sum the K quarters, then the cluster's ranks,
-        // in fixed order.
+        // acc[0..1]: row g, features 2c, 2c + 1 of the warp's 8; acc[2..3]: row g + 8. Sum the K quarters, then
+        // the cluster's ranks, in fixed order.
         red[wk][wf * 8 + 2 * c][g] = acc[0];
         red[wk][wf * 8 + 2 * c + 1][g] = acc[1];
+        red[wk][wf * 8 + 2 * c][g + 8] = acc[2];
+        red[wk][wf * 8 + 2 * c + 1][g + 8] = acc[3];
         __syncthreads();
         float* part = &red[0][0][0];  // after the sum below: [kTile][kRows] of this rank
         if (threadIdx.x < kTile * kRows) {
@@ -223,7 +252,7 @@ template <int K>
 void launch(const GemvTcParams& p, int cs, int slots, cudaStream_t stream) {
     constexpr int KB = 4 * kElems<K>;
     auto kernel = gemv_tc_kernel<K>;
-    const int smem = kRows * (p.slice_blocks * KB + kPad) * 2;
+    const int smem = p.rows * (p.slice_blocks * KB + kPad) * 2;  // rows past p.rows are never read
     static std::atomic<uint64_t> configured{0};
     allow_smem(kernel, kRows * (kSliceK + kPad) * 2, configured);
     launch_clustered(kernel, dim3(cs, slots), cs, kThreads, smem, stream, p);
@@ -260,6 +289,7 @@ void launch_gemv_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_
     p.w = w, p.x = x, p.out = out, p.lda = lda, p.ldc = ldc, p.w_row0 = w_row0, p.n_out = n_out;
     p.rows = static_cast<int>(rows);
     p.tiles = static_cast<int>(tiles);
+    p.x_vec4 = reinterpret_cast<uintptr_t>(x) % 16 == 0 && lda % 4 == 0;
     p.slice_blocks = static_cast<int>(ceil_div(blocks, cs));
     if (w.format == 1) p.scale_shift = __builtin_ctz(static_cast<unsigned>(w.block_cols / kb));
     const int slots = static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>(1, target / cs)));

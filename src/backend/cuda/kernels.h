@@ -76,7 +76,7 @@ struct GemvJob {
     int64_t w_row0, n_out;
 };
 void launch_gemv_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
-// The same product for 2..8 rows on the tensor cores, from bf16-rounded activations and weights (the numerics
+// The same product for 2..16 rows on the tensor cores, from bf16-rounded activations and weights (the numerics
 // of the tensor-core GEMM). Applies when K is whole blocks of 4 16-byte chunks and each chunk lies in one
 // scale block (FP4: one group per chunk).
 bool gemv_tc_applies(int64_t rows, const WeightDesc& w);
@@ -149,7 +149,11 @@ void launch_moe_route(int32_t* experts, float* weights, const float* logits, int
 
 // Routed expert products (Backend::expert_linear): out [rows, n] row r = x row (r / rows_per_input) [k] times
 // table[expert_of_row[r]]^T, every table entry an [n, k] weight of one kind. `fast` (from
-// expert_linear_streams()) picks the weight-streaming kernel, else a plain one for any layout.
+// expert_linear_streams()) picks the weight-streaming kernel (for k up to 24576), else a plain one for any layout.
+// The streaming kernel groups the rows by expert on the device (a small sorting launch when many rows may share
+// experts, with stream-ordered scratch memory), reads each touched expert's weights once per group of up to 4 of
+// its rows, and sums each output in an order fixed by k and the weight kind: a row's result does not depend on
+// the other rows. An id outside [0, num_experts) gives a NaN row.
 struct ExpertLinearDesc {
     float* out;                    // [rows, n] f32
     const float* x;                // [rows / rows_per_input, k] f32
