@@ -55,11 +55,18 @@ __global__ void __launch_bounds__(kSelectThreads)
             if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 0xff], 1);
         }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            int above = 0, b = 255;
-            for (; b > 0 && above + hist[b] < remaining; --b) above += hist[b];
-            s_prefix = prefix | (static_cast<uint32_t>(b) << shift);
-            s_remaining = remaining - above;
+        // The bin holding the remaining-th largest key: bin b with above(b) < remaining <= above(b) + hist[b],
+        // above(b) = the count in bins b+1 .. 255. One thread per bin, suffix counts by a block scan over the
+        // bins in descending order (a serial walk of 256 bins by one thread took ~4 us a pass).
+        {
+            const int b = 255 - threadIdx.x;  // threads 0..255: bins 255..0
+            const int count = threadIdx.x < 256 ? hist[b] : 0;
+            int above, total;
+            Scan(scan_storage).ExclusiveSum(count, above, total);
+            if (threadIdx.x < 256 && above < remaining && remaining <= above + count) {
+                s_prefix = prefix | (static_cast<uint32_t>(b) << shift);
+                s_remaining = remaining - above;
+            }
         }
         __syncthreads();
         prefix = s_prefix;
