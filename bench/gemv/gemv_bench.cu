@@ -2,7 +2,10 @@
 // events over many launches that rotate through enough weight copies to miss the L2 cache. Prints us per call,
 // GB/s of weight + scale bytes and the share of --bandwidth-gbs, beside the kernel the current one replaced
 // (kept below as the baseline, one warp per output feature), and the relative difference of their outputs.
-//   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--no-baseline]
+// Then the routed experts (expert_linear over 256 FP4 experts, top-6 of each token) at 1, 8, 32 and 128 tokens,
+// rotating through 8 random routings so that consecutive calls touch different experts; GB/s counts the weight +
+// scale bytes of the distinct experts a call touches. Its baseline is the expert kernel the current one replaced.
+//   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--no-baseline] [--experts-only | --no-experts]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,9 +13,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
 namespace baseline {
@@ -126,6 +132,188 @@ void launch(float* out, int64_t ldc, const float* x, int64_t lda, int rows, cons
 }
 
 }  // namespace baseline
+
+// The routed-expert kernel before the one in moe.cu (FP4 only here): block (tile of 64 features, row y) serves
+// row y's expert when y is the first row routed to it, in passes of up to 4 of its rows.
+namespace baseline_experts {
+
+using namespace chunks;
+
+constexpr int kThreads = 256, kGroups = kThreads / 8;
+constexpr int kTile = 2 * kGroups;  // output features per block: 2 per group of 8 lanes
+constexpr int kPassRows = 4;        // rows of one expert served per pass over its weight
+constexpr int kU = 2;               // steps (16-byte loads per weight row and lane) per batch
+
+struct StreamParams {
+    ExpertLinearDesc d;
+    int scale_shift;  // FP8/FP4: log2(16-byte chunks per scale block along K)
+    int x_vec4;       // x rows start 16-byte aligned: float4 loads
+};
+
+template <int K>
+__global__ void __launch_bounds__(kThreads, 2) expert_linear_kernel(const StreamParams p) {
+    constexpr int E = kElems<K>, G = kGran<K>;
+    constexpr bool kScaled = K == kFP8 || K == kFP4;
+    __shared__ int members[kPassRows];  // the pass's rows, ascending
+    __shared__ int count;
+    const ExpertLinearDesc& d = p.d;
+    const int l8 = threadIdx.x % 8, group = threadIdx.x / 8, lane = threadIdx.x % 32;
+    const int chunks = static_cast<int>(d.k / E);
+    const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile;
+    const int batches = (chunks + 8 * kU - 1) / (8 * kU);
+
+    for (int64_t y = blockIdx.y; y < d.rows; y += gridDim.y) {
+        const int e = d.expert_of_row[y];
+        const bool valid = e >= 0 && e < d.num_experts;
+        // Row y leads when no earlier row has its expert; a row with an invalid id leads alone.
+        int earlier = 0;
+        if (valid)
+            for (int64_t r = threadIdx.x; r < y; r += kThreads) earlier |= d.expert_of_row[r] == e;
+        if (__syncthreads_or(earlier)) continue;
+        if (!valid) {
+            for (int j = threadIdx.x; j < kTile; j += kThreads)
+                if (n0 + j < d.n) d.out[y * d.n + n0 + j] = __int_as_float(0x7fc00000);
+            continue;
+        }
+        const WeightDesc w = d.table[e];
+        const uint4* wdata = reinterpret_cast<const uint4*>(w.data);
+        const uint4* wrow[2];
+        int64_t nrow[2];
+        int srow[2];  // scale row offsets (an expert's scale grid is far below 2^31 entries)
+        for (int r = 0; r < 2; ++r) {
+            nrow[r] = n0 + group + kGroups * r;
+            const int64_t row = min(nrow[r], d.n - 1);  // features past the end compute a copy, unwritten
+            wrow[r] = wdata + row * chunks;
+            srow[r] = static_cast<int>((K == kFP8 ? row / w.block_rows : row) * w.scale_cols);
+        }
+
+        struct Batch {
+            uint4 v[kU][2];
+            uint32_t s[kU][2];  // raw scale bits
+        };
+        auto load = [&](Batch& b, int batch) {
+            for (int u = 0; u < kU; ++u) {
+                const int c = l8 + 8 * (batch * kU + u);
+                for (int r = 0; r < 2; ++r) {
+                    const bool ok = c < chunks;
+                    b.v[u][r] = ok ? __ldg(wrow[r] + c) : make_uint4(0, 0, 0, 0);
+                    b.s[u][r] = 0;
+                    if constexpr (kScaled) {
+                        const int si = srow[r] + (c >> p.scale_shift);
+                        if (ok)
+                            b.s[u][r] = K == kFP8 && w.scale_f32 ? __ldg(reinterpret_cast<const uint32_t*>(w.scale) + si)
+                                                                 : __ldg(w.scale + si);
+                    }
+                }
+            }
+        };
+
+        int64_t from = y;
+        while (true) {
+            // Warp 0 collects the expert's next rows from `from` on.
+            if (threadIdx.x < 32) {
+                int cnt = 0;
+                for (int64_t base = from; base < d.rows && cnt < kPassRows; base += 32) {
+                    const int64_t r = base + lane;
+                    const bool m = r < d.rows && d.expert_of_row[r] == e;
+                    const unsigned mask = __ballot_sync(0xffffffffu, m);
+                    const int at = cnt + __popc(mask & ((1u << lane) - 1u));
+                    if (m && at < kPassRows) members[at] = static_cast<int>(r);
+                    cnt = min(cnt + __popc(mask), kPassRows);
+                }
+                if (lane == 0) count = cnt;
+            }
+            __syncthreads();
+            const int nr = count;
+            if (nr == 0) break;
+            int xoff[kPassRows];  // the rows' inputs, as offsets into x (x is small: the launcher checks)
+#pragma unroll
+            for (int t = 0; t < kPassRows; ++t)
+                xoff[t] = t < nr ? members[t] / d.rows_per_input * static_cast<int>(d.k) : 0;
+
+            float acc[2][kPassRows] = {};
+            Batch cur;
+            load(cur, 0);
+            for (int b = 0; b < batches; ++b) {
+                Batch nxt;
+                load(nxt, b + 1);  // loads past the row are skipped, so the last batch prefetches nothing
+#pragma unroll
+                for (int u = 0; u < kU; ++u) {
+                    const int c = l8 + 8 * (b * kU + u);
+                    if (c >= chunks) break;
+                    float dd[2][kPassRows] = {};  // the chunk's sums, before its scale
+#pragma unroll
+                    for (int g = 0; g < E / G; ++g) {
+                        float wf[2][G];
+#pragma unroll
+                        for (int r = 0; r < 2; ++r) decode<K>(cur.v[u][r], g, wf[r]);
+#pragma unroll
+                        for (int h = 0; h < G / 4; ++h) {
+                            const int xo = c * E + g * G + 4 * h;
+#pragma unroll
+                            for (int t = 0; t < kPassRows; ++t) {
+                                if (t >= nr) break;
+                                const float* xp = d.x + xoff[t] + xo;
+                                const float4 xv = p.x_vec4 ? __ldg(reinterpret_cast<const float4*>(xp))
+                                                           : make_float4(xp[0], xp[1], xp[2], xp[3]);
+#pragma unroll
+                                for (int r = 0; r < 2; ++r) {
+                                    const float* wv = wf[r] + 4 * h;
+                                    float& a = kScaled ? dd[r][t] : acc[r][t];
+                                    a = fmaf(wv[0], xv.x, a);
+                                    a = fmaf(wv[1], xv.y, a);
+                                    a = fmaf(wv[2], xv.z, a);
+                                    a = fmaf(wv[3], xv.w, a);
+                                }
+                            }
+                        }
+                    }
+                    if constexpr (kScaled) {
+#pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            const uint32_t sb = cur.s[u][r];
+                            const float sc =
+                        K == kFP8 && w.scale_f32 ? __uint_as_float(sb) : e8m0_to_f32(static_cast<uint8_t>(sb));
+#pragma unroll
+                            for (int t = 0; t < kPassRows; ++t) acc[r][t] = fmaf(dd[r][t], sc, acc[r][t]);
+                        }
+                    }
+                }
+                cur = nxt;
+            }
+
+            // Sum the 8 lanes of each group (fixed butterfly) and write the pass's rows.
+            const float post = K == kFP4 ? 64.0f : 1.0f;  // undo the FP4 decode's 2^-6
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+#pragma unroll
+                for (int t = 0; t < kPassRows; ++t) {
+                    if (t >= nr) break;
+                    float a = acc[r][t];
+                    a += __shfl_xor_sync(0xffffffffu, a, 1);
+                    a += __shfl_xor_sync(0xffffffffu, a, 2);
+                    a += __shfl_xor_sync(0xffffffffu, a, 4);
+                    if (l8 == 0 && nrow[r] < d.n) d.out[static_cast<int64_t>(members[t]) * d.n + nrow[r]] = a * post;
+                }
+            }
+            const int last = members[nr - 1];
+            __syncthreads();  // members and count are rewritten by the next pass
+            if (nr < kPassRows) break;
+            from = last + 1;
+        }
+    }
+}
+
+void launch(const ExpertLinearDesc& d, const WeightDesc& first, cudaStream_t stream) {
+    StreamParams p{d, __builtin_ctz(static_cast<unsigned>(first.block_cols / 32)),
+                   reinterpret_cast<uintptr_t>(d.x) % 16 == 0 ? 1 : 0};
+    const dim3 grid(static_cast<unsigned>((d.n + kTile - 1) / kTile),
+                    static_cast<unsigned>(std::min<int64_t>(d.rows, 65535)));
+    expert_linear_kernel<kFP4><<<grid, kThreads, 0, stream>>>(p);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace baseline_experts
 }  // namespace deepinfer::cuda
 
 namespace {
@@ -253,18 +441,122 @@ std::vector<float> download(const float* p, int64_t n) {
     return v;
 }
 
+// ---- routed experts ----
+
+// expert_linear over kExperts experts of [n x k] FP4, top-kTopK routing of `tokens` tokens (slot (t, j) reads
+// token row t when rows_per_input is kTopK, its own row when it is 1), as the MoE block's w1/w3 and w2 calls.
+constexpr int kExperts = 256, kTopK = 6, kRoutings = 8;
+
+void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, double bandwidth, int iters,
+                 bool baseline) {
+    const Case c{name, n, k, 2, 0, 0, 1};
+    std::vector<Matrix> experts;
+    std::vector<WeightDesc> table;
+    for (int e = 0; e < kExperts; ++e) {
+        experts.push_back(make_matrix(c, 1000 + 2 * static_cast<uint32_t>(e)));
+        table.push_back(experts.back().d);
+    }
+    const int64_t expert_bytes = experts[0].bytes + experts[0].scale_bytes;
+    WeightDesc* table_d = nullptr;
+    CHECK(cudaMalloc(&table_d, table.size() * sizeof(WeightDesc)));
+    CHECK(cudaMemcpy(table_d, table.data(), table.size() * sizeof(WeightDesc), cudaMemcpyHostToDevice));
+    const bool fast = expert_linear_streams(table.data(), kExperts);
+
+    const int64_t max_tokens = 128, max_rows = max_tokens * kTopK;
+    float *x = nullptr, *out_new = nullptr, *out_old = nullptr;
+    CHECK(cudaMalloc(&x, max_rows * k * 4));
+    CHECK(cudaMalloc(&out_new, max_rows * n * 4));
+    CHECK(cudaMalloc(&out_old, max_rows * n * 4));
+    fill_device(x, max_rows * k * 4, 0, 11);
+    int32_t* ids_d = nullptr;
+    CHECK(cudaMalloc(&ids_d, kRoutings * max_rows * 4));
+
+    std::mt19937 rng(5);
+    for (int64_t tokens : {1, 8, 32, 128}) {
+        // kRoutings routings of `tokens` tokens: kTopK distinct experts each, ascending, as moe_route leaves them.
+        const int64_t rows = tokens * kTopK;
+        std::vector<int32_t> ids, all(kExperts);
+        double distinct = 0;
+        for (int r = 0; r < kRoutings; ++r) {
+            std::vector<bool> touched(kExperts);
+            for (int64_t t = 0; t < tokens; ++t) {
+                std::iota(all.begin(), all.end(), 0);
+                std::shuffle(all.begin(), all.end(), rng);
+                std::sort(all.begin(), all.begin() + kTopK);
+                for (int j = 0; j < kTopK; ++j) ids.push_back(all[j]), touched[all[j]] = true;
+            }
+            distinct += static_cast<double>(std::count(touched.begin(), touched.end(), true)) / kRoutings;
+        }
+        CHECK(cudaMemcpy(ids_d, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+        auto desc = [&](float* out, int r) {
+            return ExpertLinearDesc{out, x, ids_d + r * rows, table_d, rows, n, k, kExperts, rows_per_input};
+        };
+        auto time_calls = [&](auto launch, float* out, int count) {
+            for (int i = 0; i < kRoutings; ++i) launch(desc(out, i % kRoutings));
+            cudaEvent_t start, stop;
+            CHECK(cudaEventCreate(&start));
+            CHECK(cudaEventCreate(&stop));
+            CHECK(cudaEventRecord(start));
+            for (int i = 0; i < count; ++i) launch(desc(out, i % kRoutings));
+            CHECK(cudaEventRecord(stop));
+            CHECK(cudaEventSynchronize(stop));
+            float ms = 0;
+            CHECK(cudaEventElapsedTime(&ms, start, stop));
+            CHECK(cudaEventDestroy(start));
+            CHECK(cudaEventDestroy(stop));
+            return 1000.0 * ms / count;
+        };
+        auto new_kernel = [&](const ExpertLinearDesc& d) { launch_expert_linear(d, table[0], fast, nullptr); };
+        auto old_kernel = [&](const ExpertLinearDesc& d) { baseline_experts::launch(d, table[0], nullptr); };
+        const double us = time_calls(new_kernel, out_new, iters);
+        const double gbs = distinct * static_cast<double>(expert_bytes) / us / 1e3;
+        char shape[32];
+        std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(n), static_cast<long long>(k));
+        std::printf("%-18s %-9s %-14s %4lld %5lld %6.1f %10.2f %8.0f %6.1f%%", name, "fp4", shape,
+                    static_cast<long long>(tokens), static_cast<long long>(rows), distinct, us, gbs,
+                    100.0 * gbs / bandwidth);
+        if (baseline) {
+            const double old_us = time_calls(old_kernel, out_old, std::max(1, iters / 4));
+            new_kernel(desc(out_new, 0));
+            old_kernel(desc(out_old, 0));
+            const std::vector<float> a = download(out_new, rows * n), b = download(out_old, rows * n);
+            double diff = 0, ref = 0;
+            for (int64_t i = 0; i < rows * n; ++i) {
+                diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+                ref = std::max(ref, static_cast<double>(std::fabs(b[i])));
+                if (std::isnan(a[i]) != std::isnan(b[i])) diff = INFINITY;
+            }
+            std::printf(" %10.2f %7.2fx %9.1e", old_us, old_us / us, ref > 0 ? diff / ref : diff);
+        }
+        std::printf("\n");
+    }
+    CHECK(cudaFree(ids_d));
+    CHECK(cudaFree(x));
+    CHECK(cudaFree(out_new));
+    CHECK(cudaFree(out_old));
+    CHECK(cudaFree(table_d));
+    for (Matrix& m : experts) {
+        CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));
+        CHECK(cudaFree(const_cast<uint8_t*>(m.d.scale)));
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     double bandwidth = 4259;
     int iters = 200;
-    bool baseline = true;
+    bool baseline = true, gemv = true, experts = true;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--bandwidth-gbs") && i + 1 < argc) bandwidth = std::atof(argv[++i]);
         else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--no-baseline")) baseline = false;
+        else if (!std::strcmp(argv[i], "--experts-only")) gemv = false;
+        else if (!std::strcmp(argv[i], "--no-experts")) experts = false;
         else {
-            std::fprintf(stderr, "usage: gemv_bench [--bandwidth-gbs GBS] [--iters N] [--no-baseline]\n");
+            std::fprintf(stderr,
+                         "usage: gemv_bench [--bandwidth-gbs GBS] [--iters N] [--no-baseline] [--experts-only | "
+                         "--no-experts]\n");
             return 2;
         }
     }
@@ -289,9 +581,10 @@ int main(int argc, char** argv) {
     auto old_kernel = [](float* o, int64_t ldc, const float* xx, int64_t lda, int rows, const WeightDesc& d,
                          int64_t row0, int64_t n) { baseline::launch(o, ldc, xx, lda, rows, d, row0, n, nullptr); };
 
-    std::printf("%-18s %-9s %-14s %4s %10s %8s %7s %10s %8s %9s\n", "shape", "dtype", "[n x k]", "rows", "us/call",
-                "GB/s", "% bw", "old us", "speedup", "rel diff");
-    for (const Case& c : cases) {
+    if (gemv)
+        std::printf("%-18s %-9s %-14s %4s %10s %8s %7s %10s %8s %9s\n", "shape", "dtype", "[n x k]", "rows",
+                    "us/call", "GB/s", "% bw", "old us", "speedup", "rel diff");
+    for (const Case& c : gemv ? cases : std::vector<Case>{}) {
         // Enough copies (>= 256 MB) that every launch reads its weights from HBM, not from the 50 MB L2.
         std::vector<Matrix> copies(1, make_matrix(c, 1));
         const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
@@ -332,5 +625,12 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(x));
     CHECK(cudaFree(out_new));
     CHECK(cudaFree(out_old));
+    if (experts) {
+        // The MoE block's calls: w1 and w3 (each token's row for its 6 slots), w2 (each slot its own row).
+        std::printf("\n%-18s %-9s %-14s %4s %5s %6s %10s %8s %7s %10s %8s %9s\n", "routed experts", "dtype",
+                    "[n x k]", "tok", "rows", "exp", "us/call", "GB/s", "% bw", "old us", "speedup", "rel diff");
+        run_experts("expert w1/w3 x256", 2048, 4096, kTopK, bandwidth, iters, baseline);
+        run_experts("expert w2 x256", 4096, 2048, 1, bandwidth, iters, baseline);
+    }
     return 0;
 }

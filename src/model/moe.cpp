@@ -90,7 +90,8 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
         be.swiglu(g, g, u, p.swiglu_limit);
         be.expert_linear(routed, g, slots, w.w2, 1);
     } else {
-        // Many slots: each touched expert runs once over the rows routed to it (the expert ids come to the host).
+        // Prefill-sized steps: each touched expert runs once over the rows routed to it, on the GEMMs (the expert
+        // ids come to the host).
         const Tensor ids = to_host(be, expert);
         std::vector<std::vector<int64_t>> slots_of(E);  // (row * K + slot) entries per expert
         for (int64_t i = 0; i < T * K; ++i) {
@@ -120,8 +121,7 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
 
     // Shared expert over every row, then the weighted routed outputs.
     Tensor g = be.alloc(DType::kF32, Shape{T, w.shared_inter}), u = be.alloc(DType::kF32, Shape{T, w.shared_inter});
-    be.linear(g, xn, w.shared.w1);
-    be.linear(u, xn, w.shared.w3);
+    be.linears(xn, {{g, &w.shared.w1}, {u, &w.shared.w3}});
     be.swiglu(g, g, u, p.swiglu_limit);
     Tensor shared = be.alloc(DType::kF32, Shape{T, D});
     be.linear(shared, g, w.shared.w2);

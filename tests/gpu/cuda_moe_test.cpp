@@ -69,8 +69,25 @@ protected:
         return x;
     }
 
+    // K distinct ids per token of E, each token's slots ascending (as the router leaves them); with hot >= 0,
+    // every token routes to expert `hot` (one expert with as many rows as tokens).
+    std::vector<int32_t> routed_ids(int64_t tokens, int64_t e, int64_t k, int32_t hot = -1) {
+        std::vector<int32_t> ids, all(e);
+        std::iota(all.begin(), all.end(), 0);
+        for (int64_t t = 0; t < tokens; ++t) {
+            std::shuffle(all.begin(), all.end(), rng_);
+            if (hot >= 0) std::iter_swap(all.begin(), std::find(all.begin(), all.end(), hot));
+            std::vector<int32_t> row(all.begin(), all.begin() + k);
+            std::sort(row.begin(), row.end());
+            ids.insert(ids.end(), row.begin(), row.end());
+        }
+        return ids;
+    }
+
     void check_route(int64_t rows, int64_t e, int k, ScoringFunc scoring, bool hash, float temp);
-    void check_experts(const Experts& w, const std::vector<int32_t>& ids, int rows_per_input);
+    // misaligned: the device input starts 4 bytes past a 16-byte boundary (the kernel's scalar staging).
+    void check_experts(const Experts& w, const std::vector<int32_t>& ids, int rows_per_input,
+                       bool misaligned = false);
 };
 
 void CudaMoe::check_route(int64_t rows, int64_t e, int k, ScoringFunc scoring, bool hash, float temp) {
@@ -121,20 +138,23 @@ TEST_F(CudaMoe, RouteMatchesCpu) {
 }
 
 // Rows routed by `ids` on both backends.
-void CudaMoe::check_experts(const Experts& w, const std::vector<int32_t>& ids, int rows_per_input) {
+void CudaMoe::check_experts(const Experts& w, const std::vector<int32_t>& ids, int rows_per_input, bool misaligned) {
     const int64_t rows = static_cast<int64_t>(ids.size()), inputs = rows / rows_per_input;
     const int64_t n = w.host[0].rows, kin = w.host[0].cols;
     Tensor x = host(randn(inputs * kin), Shape{inputs, kin}), ids_h = i32_host(ids);
     Tensor ref = Tensor::f32(Shape{rows, n});
     cpu_->expert_linear(ref, x, ids_h, w.host, rows_per_input);
-    Tensor out = poisoned(Shape{rows, n}), xd = device(x), ids_d = device(ids_h);
-    gpu_->expert_linear(out, xd, ids_d, w.dev, rows_per_input);
+    Tensor out = poisoned(Shape{rows, n}), ids_d = device(ids_h);
+    Tensor xd = gpu_->alloc(DType::kF32, Shape{inputs * kin + 1});
+    const TensorView xv(xd.f32() + (misaligned ? 1 : 0), DType::kF32, Shape{inputs, kin});
+    gpu_->upload(xv, x.f32());
+    gpu_->expert_linear(out, xv, ids_d, w.dev, rows_per_input);
     EXPECT_LE(rel_error(fetch(out), values(ref)), kBound)
         << "experts " << w.host.size() << " rows " << rows << " per input " << rows_per_input << " [" << n << ", "
-        << kin << "]";
+        << kin << "]" << (misaligned ? " misaligned input" : "");
 }
 
-// Every weight format, rows 1..64, E = 8 (many rows per expert: several passes) and 256, the first products'
+// Every weight format, rows 1..64 (one-row items), E = 8 (many rows per expert) and 256, the first products'
 // mapping (k slots per input row, k = 2 and 6) and the down product's (a row per input). n = 72 ends in a partial
 // tile; kin = 256 is 2 FP8 scale blocks of 128 and 8 FP4 groups.
 TEST_F(CudaMoe, ExpertLinearMatchesCpu) {
@@ -155,7 +175,7 @@ TEST_F(CudaMoe, ExpertLinearMatchesCpu) {
 }
 
 // A V4-Flash expert (width 2048, hidden 4096) in the release formats at decode's row counts, one expert shared by
-// every row (16 passes), and layouts the streaming kernel does not take (K not a whole number of 16-byte chunks).
+// every row, and layouts the streaming kernel does not take (K not a whole number of 16-byte chunks).
 TEST_F(CudaMoe, ExpertLinearModelShapesAndOddLayouts) {
     for (int format : {4, 6}) {
         SCOPED_TRACE("format " + std::to_string(format));
@@ -168,6 +188,45 @@ TEST_F(CudaMoe, ExpertLinearModelShapesAndOddLayouts) {
     check_experts(make_experts(4, 4, 200, 512), std::vector<int32_t>(64, 3), 1);
     check_experts(make_experts(2, 4, 50, 100), {0, 3, 3, 1, 2, 0}, 2);  // FP8 with K = 100
     check_experts(make_experts(0, 4, 33, 50), {2, 2, 1}, 1);            // F32 with K = 50
+}
+
+// Decode batches past the one-row items: T = 32 and 128 tokens with k = 6 of 256 experts (the kernel groups the
+// 192 and 768 rows by expert on the device, 2 and 4 rows per item), one hot expert that every token picks (128
+// rows: many items of one expert), the down product's mapping (a row per input), and K = 4096 / 2048 (4 and 2
+// slices of 32 chunks per FP4 weight row; FP8: 8 and 4). n = 136 ends in a partial tile.
+TEST_F(CudaMoe, ExpertLinearManySlotsMatchCpu) {
+    for (int format : {4, 6}) {
+        SCOPED_TRACE("format " + std::to_string(format));
+        const Experts w1 = make_experts(format, 256, 136, 4096), w2 = make_experts(format, 256, 136, 2048);
+        for (int64_t tokens : {32, 128}) {
+            check_experts(w1, routed_ids(tokens, 256, 6), 6);
+            check_experts(w1, routed_ids(tokens, 256, 6, 17), 6);
+            check_experts(w2, routed_ids(tokens, 256, 6, 255), 1);
+        }
+        check_experts(w2, std::vector<int32_t>(300, 9), 1);  // every row on one expert: 75 items of 4
+    }
+}
+
+// Layouts around the streaming kernel's slicing and staging: K not whole slices (FP4 K = 1536: 48 chunks, the
+// second slice half empty), 3 and 5 slices (warps left idle), more slices than warps (BF16 K = 4096: 16, F32
+// K = 8192: 64 with 2 rows per item at most), an input that is not 16-byte aligned, more experts than the
+// on-device sort takes (one-row items at any row count), and K past the shared-memory budget (the plain kernel).
+TEST_F(CudaMoe, ExpertLinearSlicesAndStaging) {
+    check_experts(make_experts(4, 16, 72, 1536), routed_ids(40, 16, 4), 4);
+    check_experts(make_experts(4, 16, 40, 3072), routed_ids(50, 16, 6), 6);
+    check_experts(make_experts(6, 16, 40, 5 * 512), routed_ids(30, 16, 6, 3), 6);
+    const Experts bf16 = make_experts(1, 12, 24, 4096);
+    check_experts(bf16, routed_ids(8, 12, 6), 6);
+    check_experts(bf16, routed_ids(60, 12, 6), 6);
+    check_experts(make_experts(0, 8, 20, 8192), routed_ids(100, 8, 4, 5), 4);
+    const Experts f16 = make_experts(5, 32, 40, 512);
+    check_experts(f16, routed_ids(4, 32, 6), 6, true);
+    check_experts(f16, routed_ids(100, 32, 6), 6, true);
+    const Experts many = make_experts(0, 2100, 8, 64);
+    std::vector<int32_t> ids(400);
+    for (int32_t& id : ids) id = static_cast<int32_t>(rng_() % 2100);
+    check_experts(many, ids, 1);
+    check_experts(make_experts(0, 3, 5, 25600), {2, 0, 2, 1}, 2);
 }
 
 // A row's product does not depend on the other rows; an expert id outside the list gives a NaN row.
@@ -186,12 +245,49 @@ TEST_F(CudaMoe, ExpertLinearRowsAreIndependentAndBadIdsAreNaN) {
         EXPECT_EQ(fetch(one), std::vector<float>(a.begin() + r * n, a.begin() + (r + 1) * n)) << "row " << r;
     }
 
+    // Inside a decode batch of 128 tokens (768 rows, grouped 4 per item) against the token's 6 slots alone (one
+    // row per item) and single slots alone: bitwise equal.
+    {
+        const int64_t tokens = 128, k = 6, kin2 = 4096, n2 = 160;
+        const Experts w2 = make_experts(4, 256, n2, kin2);
+        const std::vector<int32_t> big = routed_ids(tokens, 256, k, 42);
+        Tensor xb = device(host(randn(tokens * kin2), Shape{tokens, kin2})), out = poisoned(Shape{tokens * k, n2});
+        gpu_->expert_linear(out, xb, device(i32_host(big)), w2.dev, static_cast<int>(k));
+        const std::vector<float> o = fetch(out);
+        for (int64_t t = 0; t < tokens; t += 13) {
+            const std::vector<int32_t> mine(big.begin() + t * k, big.begin() + (t + 1) * k);
+            Tensor alone = poisoned(Shape{k, n2});
+            gpu_->expert_linear(alone, xb.view().slice_rows(t, t + 1), device(i32_host(mine)), w2.dev,
+                                static_cast<int>(k));
+            EXPECT_EQ(fetch(alone), std::vector<float>(o.begin() + t * k * n2, o.begin() + (t + 1) * k * n2))
+                << "token " << t;
+            Tensor one = poisoned(Shape{1, n2});
+            gpu_->expert_linear(one, xb.view().slice_rows(t, t + 1), device(i32_host({mine[2]})), w2.dev, 1);
+            EXPECT_EQ(fetch(one), std::vector<float>(o.begin() + (t * k + 2) * n2, o.begin() + (t * k + 3) * n2))
+                << "token " << t << " slot 2";
+        }
+    }
+
+    // Bad ids among few rows (one-row items) and among many (grouped: they form their own bucket).
     Tensor bad_ids = device(i32_host({1, 8, -1, 1})), bad = poisoned(Shape{4, n});
     gpu_->expert_linear(bad, xd.view().slice_rows(0, 4), bad_ids, w.dev, 1);
     const std::vector<float> b = fetch(bad);
     for (int64_t r = 0; r < 4; ++r)
         for (int64_t i = 0; i < n; ++i)
             EXPECT_EQ(std::isnan(b[r * n + i]), r == 1 || r == 2) << "row " << r << " feature " << i;
+
+    const int64_t many = 300;
+    std::vector<int32_t> mixed(many);
+    for (int64_t r = 0; r < many; ++r) mixed[r] = r % 37 == 5 ? -3 : r % 41 == 7 ? 8 : static_cast<int32_t>(rng_() % 8);
+    Tensor xm = device(host(randn(many * kin), Shape{many, kin})), om = poisoned(Shape{many, n});
+    gpu_->expert_linear(om, xm, device(i32_host(mixed)), w.dev, 1);
+    const std::vector<float> m = fetch(om);
+    for (int64_t r = 0; r < many; ++r) {
+        const bool want_nan = mixed[r] < 0 || mixed[r] >= 8;
+        int64_t nans = 0;
+        for (int64_t i = 0; i < n; ++i) nans += std::isnan(m[r * n + i]);
+        EXPECT_EQ(nans, want_nan ? n : 0) << "row " << r << " id " << mixed[r];
+    }
 }
 
 }  // namespace

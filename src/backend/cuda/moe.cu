@@ -1,14 +1,10 @@
 // Mixture-of-experts on the device: the routing (scores, hash or top-k selection, weights, slots in ascending
-// expert order) and the routed experts' products for few rows, which read each row's expert id on the device.
-// Nothing here waits for the host, so a decode step's MoE can run inside a CUDA graph.
-//
-// Routed products (expert_linear): block (tile, y) serves row y's expert when y is the first row routed to it
-// (otherwise it exits at once), in passes of up to kPassRows of that expert's rows, so rows that share an expert
-// share each weight read. The weight streams as in gemv.cu: the 8 lanes of a group read 128 contiguous bytes of a
-// weight row per step and dequantize them in registers, a group owns 2 of the block's 64 output features, and
-// each lane keeps the next steps' loads in flight while it computes. K is never split: a row's sum runs in one
-// fixed order whatever the other rows are, so the op is batch invariant.
+// expert order) and the routed experts' products (expert_linear), which read each row's expert id on the device,
+// group the rows by expert on the device when many rows share experts, and stream each touched expert's weights
+// (see "routed expert products" below). Nothing here waits for the host, so a decode step's MoE can run inside a
+// CUDA graph.
 #include <algorithm>
+#include <atomic>
 #include <climits>
 
 #include "backend/cuda/kernels.h"
@@ -137,169 +133,306 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(int32_t* __res
 }
 
 // ---- routed expert products ----
+//
+// Work items: up to P rows routed to one expert. With P = 1 an item is a row of expert_of_row; with P > 1
+// moe_group_kernel first sorts the rows by expert into a permutation and a list of items. Block (tile, item)
+// multiplies the item's rows by its expert's weight rows n0 .. n0 + tile, so a weight tile is read once for all
+// of the item's rows, and the items of one expert (adjacent in the grid) share it through L2.
+//
+// Inside a block, K is split into slices of 32 16-byte chunks of weights: lane l of a warp owns chunk 32 s + l
+// of slice s, so a warp's load reads 512 contiguous bytes of a weight row. The 8 warps are slice_warps (along K)
+// x feature_warps (along the tile); past 8 slices a warp takes several. A warp serves kNF features per round
+// and issues the next round's loads (kNF 16-byte loads per lane) before it computes the current one. The item's
+// activation rows are staged in shared memory (swizzled, conflict-free), each float4 read feeding kNF features.
+//
+// Reduction order of an output, fixed by K and the weight kind alone (so the op is batch invariant): within a
+// chunk in element order, times the chunk's scale; over the 32 lanes of a slice by a fixed shuffle tree; over
+// the slices in slice order. Neither the item's other rows, nor P, nor the tile width change it. The products
+// and sums outside the explicit fmaf chains use __fmul_rn / __fadd_rn, which the compiler never contracts into
+// an FMA, so the instantiations for 1..4 rows per item round alike.
 
-constexpr int kThreads = 256, kGroups = kThreads / 8;
-constexpr int kTile = 2 * kGroups;  // output features per block: 2 per group of 8 lanes
-constexpr int kPassRows = 4;        // rows of one expert served per pass over its weight
-constexpr int kU = 2;               // steps (16-byte loads per weight row and lane) per batch
+constexpr int kThreads = 256, kWarps = kThreads / 32;
+constexpr int kNF = 4;                 // features per warp and round
+constexpr int kMaxGroupRows = 4;       // P: rows per work item
+constexpr int64_t kOneRowItems = 64;   // up to this many rows, each row is an item (no grouping launch)
+constexpr int kMaxTile = 128;          // output features per block, at most
+constexpr int kXBytes = 96 * 1024;     // staged activations per block: two blocks per SM
+constexpr int kRedBytes = 16 * 1024;   // slice partial sums per block
+constexpr int kGroupThreads = 1024;
+constexpr int kGroupMaxBuckets = 2048;  // experts + 1 (bad ids): moe_group_kernel's 4 int arrays within 48 KiB
 
-struct StreamParams {
+struct ExpertParams {
     ExpertLinearDesc d;
-    int scale_shift;  // FP8/FP4: log2(16-byte chunks per scale block along K)
-    int x_vec4;       // x rows start 16-byte aligned: float4 loads
+    const int32_t* perm;        // [rows] I32 row ids grouped by expert (P > 1), else null
+    const int4* items;          // [work] {first perm index, rows, expert or -1 (bad ids), 0} (P > 1), else null
+    const int32_t* item_count;  // [1] I32 items in `items` (P > 1), else null
+    int64_t work;               // grid rows to walk: d.rows (P = 1) or the bound on items
+    int chunks;                 // 16-byte chunks per weight row
+    int slices;                 // ceil(chunks / 32)
+    int slice_warps;            // min(slices, kWarps): warp w takes slices w % slice_warps + j * slice_warps
+    int feature_warps;          // kWarps / slice_warps: warp w serves the features of group w / slice_warps
+    int tile;                   // output features per block, a multiple of feature_warps * kNF
+    int x_stride4;              // float4s per staged activation row: k / 4 rounded up to 8 (see swizzle())
+    int scale_shift;            // FP8/FP4: log2(16-byte chunks per scale block along K)
+    int x_vec4;                 // x is 16-byte aligned: float4 loads
 };
 
-template <int K>
-__global__ void __launch_bounds__(kThreads, 2) expert_linear_kernel(const StreamParams p) {
-    constexpr int E = kElems<K>, G = kGran<K>;
-    constexpr bool kScaled = K == kFP8 || K == kFP4;
-    __shared__ int members[kPassRows];  // the pass's rows, ascending
-    __shared__ int count;
-    const ExpertLinearDesc& d = p.d;
-    const int l8 = threadIdx.x % 8, group = threadIdx.x / 8, lane = threadIdx.x % 32;
-    const int chunks = static_cast<int>(d.k / E);
-    const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTile;
-    const int batches = (chunks + 8 * kU - 1) / (8 * kU);
+// Staged activation float4 q lives at swizzle(q). A quarter warp reads float4 j of 8 consecutive chunks, which
+// lie 1..8 float4s apart; the XOR (inside each aligned group of 8 float4s) spreads them over distinct banks.
+__device__ __forceinline__ int swizzle(int q) { return q ^ ((q >> 3) & 7); }
 
-    for (int64_t y = blockIdx.y; y < d.rows; y += gridDim.y) {
-        const int e = d.expert_of_row[y];
-        const bool valid = e >= 0 && e < d.num_experts;
-        // Row y leads when no earlier row has its expert; a row with an invalid id leads alone.
-        int earlier = 0;
-        if (valid)
-            for (int64_t r = threadIdx.x; r < y; r += kThreads) earlier |= d.expert_of_row[r] == e;
-        if (__syncthreads_or(earlier)) continue;
-        if (!valid) {
-            for (int j = threadIdx.x; j < kTile; j += kThreads)
-                if (n0 + j < d.n) d.out[y * d.n + n0 + j] = __int_as_float(0x7fc00000);
-            continue;
-        }
-        const WeightDesc w = d.table[e];
-        const uint4* wdata = reinterpret_cast<const uint4*>(w.data);
-        const uint4* wrow[2];
-        int64_t nrow[2];
-        int srow[2];  // scale row offsets (an expert's scale grid is far below 2^31 entries)
-        for (int r = 0; r < 2; ++r) {
-            nrow[r] = n0 + group + kGroups * r;
-            const int64_t row = min(nrow[r], d.n - 1);  // features past the end compute a copy, unwritten
-            wrow[r] = wdata + row * chunks;
-            srow[r] = static_cast<int>((K == kFP8 ? row / w.block_rows : row) * w.scale_cols);
-        }
-
-        struct Batch {
-            uint4 v[kU][2];
-            uint32_t s[kU][2];  // raw scale bits
-        };
-        auto load = [&](Batch& b, int batch) {
-            for (int u = 0; u < kU; ++u) {
-                const int c = l8 + 8 * (batch * kU + u);
-                for (int r = 0; r < 2; ++r) {
-                    const bool ok = c < chunks;
-                    b.v[u][r] = ok ? __ldg(wrow[r] + c) : make_uint4(0, 0, 0, 0);
-                    b.s[u][r] = 0;
-                    if constexpr (kScaled) {
-                        const int si = srow[r] + (c >> p.scale_shift);
-                        if (ok)
-                            b.s[u][r] = K == kFP8 && w.scale_f32 ? __ldg(reinterpret_cast<const uint32_t*>(w.scale) + si)
-                                                                 : __ldg(w.scale + si);
-                    }
-                }
+// Sums v[i][t] over the warp's 32 lanes for each of the kNF features i: two halving steps (lane bit 4, then 3)
+// leave each lane one feature's partial sum, (lane >> 3), then a butterfly over lane bits 2..0 completes it.
+// Each sum is one fixed tree over the lanes; every lane of a group of 8 ends with the same value in v[0][t].
+template <int NR>
+__device__ __forceinline__ void lane_reduce(float (&v)[kNF][NR], int lane) {
+    static_assert(kNF == 4, "two halving steps");
+#pragma unroll
+    for (int step = 0; step < 2; ++step) {
+        const int m = 16 >> step, half = kNF >> (step + 1);
+        const bool upper = (lane & m) != 0;
+#pragma unroll
+        for (int i = 0; i < half; ++i) {
+#pragma unroll
+            for (int t = 0; t < NR; ++t) {
+                // The lower lane keeps features [0, half), the upper [half, 2 half); each sends the other half.
+                const float send = upper ? v[i][t] : v[i + half][t];
+                const float keep = upper ? v[i + half][t] : v[i][t];
+                v[i][t] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, m));
             }
-        };
-
-        int64_t from = y;
-        while (true) {
-            // Warp 0 collects the expert's next rows from `from` on.
-            if (threadIdx.x < 32) {
-                int cnt = 0;
-                for (int64_t base = from; base < d.rows && cnt < kPassRows; base += 32) {
-                    const int64_t r = base + lane;
-                    const bool m = r < d.rows && d.expert_of_row[r] == e;
-                    const unsigned mask = __ballot_sync(0xffffffffu, m);
-                    const int at = cnt + __popc(mask & ((1u << lane) - 1u));
-                    if (m && at < kPassRows) members[at] = static_cast<int>(r);
-                    cnt = min(cnt + __popc(mask), kPassRows);
-                }
-                if (lane == 0) count = cnt;
-            }
-            __syncthreads();
-            const int nr = count;
-            if (nr == 0) break;
-            int xoff[kPassRows];  // the rows' inputs, as offsets into x (x is small: the launcher checks)
-#pragma unroll
-            for (int t = 0; t < kPassRows; ++t)
-                xoff[t] = t < nr ? members[t] / d.rows_per_input * static_cast<int>(d.k) : 0;
-
-            float acc[2][kPassRows] = {};
-            Batch cur;
-            load(cur, 0);
-            for (int b = 0; b < batches; ++b) {
-                Batch nxt;
-                load(nxt, b + 1);  // loads past the row are skipped, so the last batch prefetches nothing
-#pragma unroll
-                for (int u = 0; u < kU; ++u) {
-                    const int c = l8 + 8 * (b * kU + u);
-                    if (c >= chunks) break;
-                    float dd[2][kPassRows] = {};  // the chunk's sums, before its scale
-#pragma unroll
-                    for (int g = 0; g < E / G; ++g) {
-                        float wf[2][G];
-#pragma unroll
-                        for (int r = 0; r < 2; ++r) decode<K>(cur.v[u][r], g, wf[r]);
-#pragma unroll
-                        for (int h = 0; h < G / 4; ++h) {
-                            const int xo = c * E + g * G + 4 * h;
-#pragma unroll
-                            for (int t = 0; t < kPassRows; ++t) {
-                                if (t >= nr) break;
-                                const float* xp = d.x + xoff[t] + xo;
-                                const float4 xv = p.x_vec4 ? __ldg(reinterpret_cast<const float4*>(xp))
-                                                           : make_float4(xp[0], xp[1], xp[2], xp[3]);
-#pragma unroll
-                                for (int r = 0; r < 2; ++r) {
-                                    const float* wv = wf[r] + 4 * h;
-                                    float& a = kScaled ? dd[r][t] : acc[r][t];
-                                    a = fmaf(wv[0], xv.x, a);
-                                    a = fmaf(wv[1], xv.y, a);
-                                    a = fmaf(wv[2], xv.z, a);
-                                    a = fmaf(wv[3], xv.w, a);
-                                }
-                            }
-                        }
-                    }
-                    if constexpr (kScaled) {
-#pragma unroll
-                        for (int r = 0; r < 2; ++r) {
-                            const uint32_t sb = cur.s[u][r];
-                            const float sc = K == kFP8 && w.scale_f32 ? __uint_as_float(sb) : e8m0_to_f32(static_cast<uint8_t>(sb));
-#pragma unroll
-                            for (int t = 0; t < kPassRows; ++t) acc[r][t] = fmaf(dd[r][t], sc, acc[r][t]);
-                        }
-                    }
-                }
-                cur = nxt;
-            }
-
-            // Sum the 8 lanes of each group (fixed butterfly) and write the pass's rows.
-            const float post = K == kFP4 ? 64.0f : 1.0f;  // undo the FP4 decode's 2^-6
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-#pragma unroll
-                for (int t = 0; t < kPassRows; ++t) {
-                    if (t >= nr) break;
-                    float a = acc[r][t];
-                    a += __shfl_xor_sync(0xffffffffu, a, 1);
-                    a += __shfl_xor_sync(0xffffffffu, a, 2);
-                    a += __shfl_xor_sync(0xffffffffu, a, 4);
-                    if (l8 == 0 && nrow[r] < d.n) d.out[static_cast<int64_t>(members[t]) * d.n + nrow[r]] = a * post;
-                }
-            }
-            const int last = members[nr - 1];
-            __syncthreads();  // members and count are rewritten by the next pass
-            if (nr < kPassRows) break;
-            from = last + 1;
         }
     }
+#pragma unroll
+    for (int m = 4; m >= 1; m >>= 1) {
+#pragma unroll
+        for (int t = 0; t < NR; ++t) v[0][t] = __fadd_rn(v[0][t], __shfl_xor_sync(0xffffffffu, v[0][t], m));
+    }
+}
+
+// One work item of NR rows (rows[0 .. NR), expert e) times weight rows n0 .. n0 + tile.
+template <int K, int NR>
+__device__ __forceinline__ void expert_item(const ExpertParams& p, int e, const int64_t* rows, int64_t n0,
+                                            float4* xs, float* red) {
+    constexpr int E = kElems<K>, G = kGran<K>, Q = E / 4;  // Q: float4s of activations per chunk
+    constexpr bool kScaled = K == kFP8 || K == kFP4;
+    const ExpertLinearDesc& d = p.d;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int SW = p.slice_warps, FW = p.feature_warps, TN = p.tile, C = p.chunks;
+    const int sw = warp % SW, fw = warp / SW;  // warps with fw >= FW (when slices is 3, 5, 6 or 7) only stage
+    const int my_slices = fw < FW ? (p.slices - sw + SW - 1) / SW : 0;
+    const int steps = TN / (FW * kNF) * my_slices;  // (round, slice) pairs, slices fastest
+    const WeightDesc w = d.table[e];
+    const uint4* wdata = reinterpret_cast<const uint4*>(w.data);
+
+    struct Step {
+        uint4 v[kNF];       // the lane's chunk of each feature
+        uint32_t s[kNF];    // its raw scale bits
+    };
+    // Step st: features n0 + (round * FW + fw) * kNF + i, chunk 32 * slice + lane. Past the last step, nothing.
+    auto load = [&](Step& b, int st) {
+        const bool live = st < steps;
+        const int q = live ? st / my_slices : 0, s = live ? sw + (st - q * my_slices) * SW : 0;
+        const int c = s * 32 + lane;
+#pragma unroll
+        for (int i = 0; i < kNF; ++i) {
+            const int64_t n = n0 + (q * FW + fw) * kNF + i;
+            const bool ok = live && n < d.n && c < C;
+            b.v[i] = ok ? __ldg(wdata + n * C + c) : make_uint4(0, 0, 0, 0);
+            b.s[i] = 0;
+            if constexpr (kScaled) {
+                if (ok) {
+                    const int64_t srow = K == kFP8 ? static_cast<int>(n) / w.block_rows : n;
+                    const int64_t si = srow * w.scale_cols + (c >> p.scale_shift);
+                    b.s[i] = K == kFP8 && w.scale_f32 ? __ldg(reinterpret_cast<const uint32_t*>(w.scale) + si)
+                                                      : __ldg(w.scale + si);
+                }
+            }
+        }
+    };
+
+    Step cur;
+    load(cur, 0);  // in flight while the activations are staged
+    const int k4 = static_cast<int>(d.k / 4);
+#pragma unroll
+    for (int t = 0; t < NR; ++t) {
+        const float* src = d.x + rows[t] / d.rows_per_input * d.k;
+        float4* dst = xs + t * p.x_stride4;
+#pragma unroll 4
+        for (int q = threadIdx.x; q < k4; q += kThreads)
+            dst[swizzle(q)] = p.x_vec4 ? __ldg(reinterpret_cast<const float4*>(src) + q)
+                                       : make_float4(src[4 * q], src[4 * q + 1], src[4 * q + 2], src[4 * q + 3]);
+    }
+    __syncthreads();
+
+    for (int st = 0; st < steps; ++st) {
+        Step nxt;
+        load(nxt, st + 1);
+        const int q = st / my_slices, s = sw + (st - q * my_slices) * SW;
+        const int c = s * 32 + lane;
+        float v[kNF][NR] = {};  // the chunk's sums per feature and row
+        if (c < C) {
+            // The chunk's float4s c * Q .. c * Q + Q - 1 share one swizzle key (Q divides 8).
+            const int i0 = c * Q, key = (i0 >> 3) & 7;
+#pragma unroll
+            for (int g = 0; g < E / G; ++g) {
+                float4 xv[NR][G / 4];
+#pragma unroll
+                for (int t = 0; t < NR; ++t) {
+#pragma unroll
+                    for (int h = 0; h < G / 4; ++h) xv[t][h] = xs[t * p.x_stride4 + ((i0 + g * (G / 4) + h) ^ key)];
+                }
+#pragma unroll
+                for (int i = 0; i < kNF; ++i) {
+                    float wf[G];
+                    decode<K>(cur.v[i], g, wf);
+#pragma unroll
+                    for (int t = 0; t < NR; ++t) {
+#pragma unroll
+                        for (int h = 0; h < G / 4; ++h) {
+                            float& a = v[i][t];
+                            a = fmaf(wf[4 * h], xv[t][h].x, a);
+                            a = fmaf(wf[4 * h + 1], xv[t][h].y, a);
+                            a = fmaf(wf[4 * h + 2], xv[t][h].z, a);
+                            a = fmaf(wf[4 * h + 3], xv[t][h].w, a);
+                        }
+                    }
+                }
+            }
+            if constexpr (kScaled) {
+#pragma unroll
+                for (int i = 0; i < kNF; ++i) {
+                    const uint32_t sb = cur.s[i];
+                    const float sc =
+                        K == kFP8 && w.scale_f32 ? __uint_as_float(sb) : e8m0_to_f32(static_cast<uint8_t>(sb));
+#pragma unroll
+                    for (int t = 0; t < NR; ++t) v[i][t] = __fmul_rn(v[i][t], sc);
+                }
+            }
+        }
+        lane_reduce<NR>(v, lane);
+        if ((lane & 7) == 0) {
+            const int f = (q * FW + fw) * kNF + (lane >> 3);
+#pragma unroll
+            for (int t = 0; t < NR; ++t) red[(s * TN + f) * NR + t] = v[0][t];
+        }
+        cur = nxt;
+    }
+    __syncthreads();
+
+    // The slices' sums in slice order, each output written once.
+    const float post = K == kFP4 ? 64.0f : 1.0f;  // undo the FP4 decode's 2^-6
+#pragma unroll
+    for (int t = 0; t < NR; ++t) {
+        for (int f = threadIdx.x; f < TN && n0 + f < d.n; f += kThreads) {
+            float a = red[f * NR + t];
+            for (int s = 1; s < p.slices; ++s) a = __fadd_rn(a, red[(s * TN + f) * NR + t]);
+            d.out[rows[t] * d.n + n0 + f] = __fmul_rn(a, post);
+        }
+    }
+    __syncthreads();  // xs and red are rewritten by the block's next item
+}
+
+// Grid (tiles, min(work, 65535)); block (x, y) serves tile x of items y, y + gridDim.y, ... One-row items need
+// fewer registers (no grouped rows to hold): three blocks per SM then, two otherwise.
+template <int K, int P>
+__global__ void __launch_bounds__(kThreads, P == 1 ? 3 : 2) expert_linear_kernel(const ExpertParams p) {
+    extern __shared__ float4 smem[];
+    float4* xs = smem;                                              // [P, x_stride4] f32, swizzled rows
+    float* red = reinterpret_cast<float*>(smem + P * p.x_stride4);  // [slices, tile, rows] f32
+    const ExpertLinearDesc& d = p.d;
+    const int64_t n0 = static_cast<int64_t>(blockIdx.x) * p.tile;
+    for (int64_t y = blockIdx.y; y < p.work; y += gridDim.y) {
+        int e = 0, nr = 1;
+        int64_t rows[P];
+        if constexpr (P == 1) {
+            e = d.expert_of_row[y];
+            rows[0] = y;
+        } else {
+            if (y >= *p.item_count) break;  // the same for the whole block
+            const int4 it = p.items[y];
+            nr = it.y;
+            e = it.z;
+#pragma unroll
+            for (int t = 0; t < P; ++t) rows[t] = t < nr ? p.perm[it.x + t] : 0;
+        }
+        if (e < 0 || e >= d.num_experts) {  // a bad id: NaN rows
+#pragma unroll
+            for (int t = 0; t < P; ++t) {
+                if (t >= nr) break;
+                for (int f = threadIdx.x; f < p.tile && n0 + f < d.n; f += kThreads)
+                    d.out[rows[t] * d.n + n0 + f] = __int_as_float(0x7fc00000);
+            }
+            continue;
+        }
+        switch (nr) {
+            case 1: expert_item<K, 1>(p, e, rows, n0, xs, red); break;
+            case 2: if constexpr (P >= 2) expert_item<K, 2>(p, e, rows, n0, xs, red); break;
+            case 3: if constexpr (P >= 3) expert_item<K, 3>(p, e, rows, n0, xs, red); break;
+            default: if constexpr (P >= 4) expert_item<K, 4>(p, e, rows, n0, xs, red); break;
+        }
+    }
+}
+
+// Exclusive prefix sums of one int2 per thread over the block (kGroupThreads threads); returns the totals.
+__device__ int2 block_exclusive_scan(int2& v) {
+    __shared__ int2 warp_sums[kGroupThreads / 32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    int2 inc = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int ax = __shfl_up_sync(0xffffffffu, inc.x, o), ay = __shfl_up_sync(0xffffffffu, inc.y, o);
+        if (lane >= o) inc.x += ax, inc.y += ay;
+    }
+    if (lane == 31) warp_sums[warp] = inc;
+    __syncthreads();
+    if (warp == 0) {
+        int2 s = warp_sums[lane];  // kGroupThreads / 32 == 32 warps
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const int ax = __shfl_up_sync(0xffffffffu, s.x, o), ay = __shfl_up_sync(0xffffffffu, s.y, o);
+            if (lane >= o) s.x += ax, s.y += ay;
+        }
+        warp_sums[lane] = s;  // inclusive over warps
+    }
+    __syncthreads();
+    const int2 before = warp > 0 ? warp_sums[warp - 1] : make_int2(0, 0);
+    v = make_int2(before.x + inc.x - v.x, before.y + inc.y - v.y);
+    return warp_sums[kGroupThreads / 32 - 1];
+}
+
+// One block: a counting sort of the rows by expert (bucket num_experts: bad ids) into perm [rows], then each
+// bucket's items of up to P rows into items, and their number into *count. Rows within a bucket come in the
+// order of the atomics, which does not matter: a row's result does not depend on the rows it shares an item with.
+__global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int32_t* count, int32_t* perm, int4* items,
+                                                                  const int32_t* ids, int64_t rows, int num_experts,
+                                                                  int P) {
+    extern __shared__ int sh[];  // [4, B]: rows per bucket, first row, first item, rows placed
+    const int B = num_experts + 1;
+    int *cnt = sh, *row0 = sh + B, *item0 = sh + 2 * B, *placed = sh + 3 * B;
+    for (int b = threadIdx.x; b < B; b += kGroupThreads) cnt[b] = 0, placed[b] = 0;
+    __syncthreads();
+    auto bucket = [&](int32_t id) { return id >= 0 && id < num_experts ? id : num_experts; };
+    for (int64_t r = threadIdx.x; r < rows; r += kGroupThreads) atomicAdd(&cnt[bucket(ids[r])], 1);
+    __syncthreads();
+    // Each thread scans a run of consecutive buckets; the block scan orders the runs.
+    const int per = (B + kGroupThreads - 1) / kGroupThreads;
+    const int lo = min(B, static_cast<int>(threadIdx.x) * per), hi = min(B, lo + per);
+    int2 at = make_int2(0, 0);  // (rows, items) before this thread's run
+    for (int b = lo; b < hi; ++b) at.x += cnt[b], at.y += (cnt[b] + P - 1) / P;
+    const int2 total = block_exclusive_scan(at);
+    for (int b = lo; b < hi; ++b) {
+        row0[b] = at.x, item0[b] = at.y;
+        at.x += cnt[b], at.y += (cnt[b] + P - 1) / P;
+    }
+    __syncthreads();
+    for (int64_t r = threadIdx.x; r < rows; r += kGroupThreads) {
+        const int b = bucket(ids[r]);
+        perm[row0[b] + atomicAdd(&placed[b], 1)] = static_cast<int32_t>(r);
+    }
+    for (int b = threadIdx.x; b < B; b += kGroupThreads)
+        for (int j = 0; j * P < cnt[b]; ++j)
+            items[item0[b] + j] = make_int4(row0[b] + j * P, min(P, cnt[b] - j * P), b < num_experts ? b : -1, 0);
+    if (threadIdx.x == 0) *count = total.y;
 }
 
 // Any layout: one thread per output element, element-wise decode.
@@ -317,6 +450,39 @@ __global__ void expert_linear_plain_kernel(const ExpertLinearDesc d) {
     float acc = 0;
     for (int64_t k = 0; k < d.k; ++k) acc = fmaf(xr[k], weight_at(w, n, k), acc);
     d.out[i] = acc;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int sm_count() {
+    int dev = 0, n = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+}
+
+template <int K, int P>
+void launch_products(const ExpertParams& p, int64_t tiles, size_t smem, cudaStream_t stream) {
+    auto kernel = expert_linear_kernel<K, P>;
+    static std::atomic<uint64_t> configured{0};  // one bit per device
+    int dev = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    if (!(configured.load() >> (dev % 64) & 1)) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kXBytes + kRedBytes));
+        configured.fetch_or(uint64_t{1} << (dev % 64));
+    }
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(p.work, 65535)));
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+template <int K>
+void launch_products(const ExpertParams& p, int P, int64_t tiles, size_t smem, cudaStream_t stream) {
+    switch (P) {
+        case 1: launch_products<K, 1>(p, tiles, smem, stream); break;
+        case 2: launch_products<K, 2>(p, tiles, smem, stream); break;
+        default: launch_products<K, 4>(p, tiles, smem, stream); break;
+    }
 }
 
 }  // namespace
@@ -350,26 +516,73 @@ bool expert_linear_streams(const WeightDesc* table, int64_t num_experts) {
 
 void launch_expert_linear(const ExpertLinearDesc& d, const WeightDesc& first, bool fast, cudaStream_t stream) {
     if (d.rows * d.n == 0) return;
-    if (!fast) {
+    const int kind = kind_of(first), e = elems_of(kind);
+    const int64_t stride4 = ceil_div(d.k / 4, 8) * 8;  // fast: k is whole chunks, so a multiple of 4
+    if (!fast || stride4 * 16 > kXBytes) {
         expert_linear_plain_kernel<<<static_cast<unsigned>((d.rows * d.n + 255) / 256), 256, 0, stream>>>(d);
         DI_CUDA_LAUNCH_CHECK();
         return;
     }
-    const int kind = kind_of(first), e = elems_of(kind);
-    DI_ICHECK(d.rows / d.rows_per_input * d.k < INT_MAX, "expert_linear: ", d.rows / d.rows_per_input, " x ", d.k,
-              " inputs");
-    StreamParams p{d, 0, reinterpret_cast<uintptr_t>(d.x) % 16 == 0 ? 1 : 0};
+    ExpertParams p{};
+    p.d = d;
+    p.chunks = static_cast<int>(d.k / e);
+    p.slices = static_cast<int>(ceil_div(p.chunks, 32));
+    p.slice_warps = std::min(p.slices, kWarps);
+    p.feature_warps = kWarps / p.slice_warps;
+    p.x_stride4 = static_cast<int>(stride4);
+    p.x_vec4 = reinterpret_cast<uintptr_t>(d.x) % 16 == 0 ? 1 : 0;
     if (first.format != 0) p.scale_shift = __builtin_ctz(static_cast<unsigned>(first.block_cols / e));
-    const dim3 grid(static_cast<unsigned>((d.n + kTile - 1) / kTile),
-                    static_cast<unsigned>(std::min<int64_t>(d.rows, 65535)));
-    switch (kind) {
-        case kF32: expert_linear_kernel<kF32><<<grid, kThreads, 0, stream>>>(p); break;
-        case kBF16: expert_linear_kernel<kBF16><<<grid, kThreads, 0, stream>>>(p); break;
-        case kF16: expert_linear_kernel<kF16><<<grid, kThreads, 0, stream>>>(p); break;
-        case kFP8: expert_linear_kernel<kFP8><<<grid, kThreads, 0, stream>>>(p); break;
-        default: expert_linear_kernel<kFP4><<<grid, kThreads, 0, stream>>>(p); break;
+
+    // Rows per item: one while rows rarely share an expert (decode at small batches: no grouping launch), then
+    // 2 or 4, as far as their activations fit in shared memory.
+    const int64_t buckets = int64_t{d.num_experts} + 1;
+    int P = d.rows <= kOneRowItems ? 1 : d.rows <= 4 * kOneRowItems ? 2 : kMaxGroupRows;
+    while (P > 1 && P * stride4 * 16 > kXBytes) P /= 2;
+    if (buckets > kGroupMaxBuckets) P = 1;
+
+    // Tile: at least 32 features (64 with grouping), so that staging the activations (a block reads k floats per
+    // row, from L2) stays a fraction of the tile's weight bytes; doubled while that still leaves 8 blocks per SM
+    // (the blocks of a small batch, few and short, then spread evenly); the slices' partial sums must fit.
+    const int unit = p.feature_warps * kNF;
+    const int64_t items = P == 1 ? d.rows : std::min<int64_t>(d.rows, d.num_experts);  // roughly
+    const int64_t min_blocks = 8 * static_cast<int64_t>(sm_count());
+    auto red_bytes = [&](int64_t tile) { return int64_t{p.slices} * tile * P * 4; };
+    int tile = std::max(unit, P == 1 ? 32 : 64);
+    while (tile > unit && red_bytes(tile) > kRedBytes) tile /= 2;
+    while (tile < kMaxTile && red_bytes(2 * tile) <= kRedBytes && items * ceil_div(d.n, 2 * tile) >= min_blocks)
+        tile *= 2;
+    DI_ICHECK(red_bytes(tile) <= kRedBytes, "expert_linear: ", p.slices, " slices");
+    p.tile = tile;
+    const int64_t tiles = ceil_div(d.n, tile);
+    DI_ICHECK(tiles <= INT32_MAX, "expert_linear: ", d.n, " outputs");
+    const size_t smem = static_cast<size_t>(P * stride4 * 16 + red_bytes(tile));
+
+    uint8_t* ws = nullptr;  // P > 1: [16 B] item count, [rows] perm, [max items] items
+    if (P == 1) {
+        p.work = d.rows;
+    } else {
+        // Items: sum over the touched buckets of ceil(rows / P) <= (rows + (P - 1) * buckets touched) / P.
+        p.work = (d.rows + (P - 1) * std::min(d.rows, buckets)) / P;
+        const int64_t perm_bytes = ceil_div(d.rows * 4, 16) * 16;
+        DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), 16 + perm_bytes + p.work * 16, stream));
+        int32_t* count = reinterpret_cast<int32_t*>(ws);
+        int32_t* perm = reinterpret_cast<int32_t*>(ws + 16);
+        int4* list = reinterpret_cast<int4*>(ws + 16 + perm_bytes);
+        moe_group_kernel<<<1, kGroupThreads, static_cast<size_t>(4 * buckets) * 4, stream>>>(
+            count, perm, list, d.expert_of_row, d.rows, d.num_experts, P);
+        DI_CUDA_LAUNCH_CHECK();
+        p.item_count = count;
+        p.perm = perm;
+        p.items = list;
     }
-    DI_CUDA_LAUNCH_CHECK();
+    switch (kind) {
+        case kF32: launch_products<kF32>(p, P, tiles, smem, stream); break;
+        case kBF16: launch_products<kBF16>(p, P, tiles, smem, stream); break;
+        case kF16: launch_products<kF16>(p, P, tiles, smem, stream); break;
+        case kFP8: launch_products<kFP8>(p, P, tiles, smem, stream); break;
+        default: launch_products<kFP4>(p, P, tiles, smem, stream); break;
+    }
+    if (ws) DI_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 }  // namespace deepinfer::cuda
