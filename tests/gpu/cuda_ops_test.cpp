@@ -148,6 +148,15 @@ TEST_F(CudaOps, RmsNormRopeSwigluGatedPool) {
         gpu_->rms_norm(out, xd, weighted ? wd.f32() : nullptr, 1e-6f);
         EXPECT_LE(rel_error(fetch(out), values(ref)), kBound);
     }
+    // The model's widths (a row in registers, in place as the model calls it), one past them (the loop kernel)
+    // and an odd one.
+    for (int64_t cols : {int64_t{4096}, int64_t{1024}, int64_t{4100}, int64_t{37}}) {
+        Tensor xr = host(randn(3 * cols, 2.0f), Shape{3, cols}), wr = host(randn(cols), Shape{cols});
+        Tensor ref = Tensor::f32(xr.shape()), io = device(xr), wrd = device(wr);
+        cpu_->rms_norm(ref, xr, wr.f32(), 1e-6f);
+        gpu_->rms_norm(io, io, wrd.f32(), 1e-6f);
+        EXPECT_LE(rel_error(fetch(io), values(ref)), kBound) << "cols " << cols;
+    }
 
     std::vector<int32_t> pos(rows);
     for (int64_t i = 0; i < rows; ++i) pos[i] = static_cast<int32_t>(rng_() % 5000);

@@ -226,6 +226,47 @@ __device__ __forceinline__ void mix_coefficients(float* __restrict__ pr, float* 
         for (int i = 0; i < n * n; ++i) comb[i] = c[i];
 }
 
+// n = 4: 16 threads per token, one per comb element, so the 20 Sinkhorn sweeps (2 * 16 divisions each) run in
+// parallel instead of on one thread (~15 us a call at one token). Each row and column sum reads its four
+// values through shuffles and adds them in index order, as mix_coefficients (and the CPU) do.
+__device__ __forceinline__ void finish_n4(float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb,
+                                          const float* raw, int64_t t0, int nt, int stride, int64_t width,
+                                          const HcDesc& p) {
+    constexpr int n = 4;
+    const int tt = threadIdx.x / 16, e = threadIdx.x % 16, i = e / 4, k = e % 4;
+    const int lane = threadIdx.x % 32, base = lane & ~15;  // this token's first lane in the warp
+    const bool live = tt < nt;
+    const float* mix = raw + (live ? tt : 0) * stride;
+    const float inv = 1.0f / sqrtf(mix[2 * n + n * n] / static_cast<float>(width) + p.norm_eps);
+    const int64_t t = t0 + tt;
+    if (live && e < n) pre[t * n + e] = sigmoid(mix[e] * inv * p.scale[0] + p.base[e]) + p.hc_eps;
+    if (live && e >= n && e < 2 * n)
+        post[t * n + e - n] = 2.0f * sigmoid(mix[e] * inv * p.scale[1] + p.base[e]);
+    auto row_sum = [&](float v) {  // sum over k of this row, in order
+        float s = __shfl_sync(0xffffffffu, v, base + 4 * i);
+#pragma unroll
+        for (int q = 1; q < n; ++q) s += __shfl_sync(0xffffffffu, v, base + 4 * i + q);
+        return s;
+    };
+    auto col_sum = [&](float v) {  // sum over i of this column, in order
+        float s = __shfl_sync(0xffffffffu, v, base + k);
+#pragma unroll
+        for (int q = 1; q < n; ++q) s += __shfl_sync(0xffffffffu, v, base + 4 * q + k);
+        return s;
+    };
+    float c = mix[2 * n + e] * inv * p.scale[2] + p.base[2 * n + e];
+    float m = __shfl_sync(0xffffffffu, c, base + 4 * i);
+#pragma unroll
+    for (int q = 1; q < n; ++q) m = fmaxf(m, __shfl_sync(0xffffffffu, c, base + 4 * i + q));
+    c = expf(c - m);
+    c = c / row_sum(c) + p.hc_eps;
+    for (int it = 0; it < p.sinkhorn_iters; ++it) {
+        if (it > 0) c /= row_sum(c) + p.hc_eps;  // rows, then columns; the first sweep normalises columns only
+        c /= col_sum(c) + p.hc_eps;
+    }
+    if (live) comb[t * n * n + e] = c;
+}
+
 // Per token: add the chunk partials in chunk order (threads over (token, virtual row)), then one thread per
 // token scales by rsqrt(mean square + eps) and makes the coefficients: pre/post/comb, or the head's pre only.
 // part: [T, chunks, M + 1] f32 with M = (2 + n) * n, or n for the head.
@@ -246,6 +287,10 @@ __global__ void __launch_bounds__(128)
         raw[i] = sum;
     }
     __syncthreads();
+    if constexpr (N == 4 && !kHead) {
+        finish_n4(pre, post, comb, raw, t0, nt, stride, width, p);
+        return;
+    }
     if (static_cast<int>(threadIdx.x) >= nt) return;
     const int64_t t = t0 + threadIdx.x;
     float* mix = raw + threadIdx.x * stride;
