@@ -127,6 +127,27 @@ public:
     // base + entry to dst[starts[t] ...]. dst: I32 array; starts, limits: [T] I32. NaN scores rank as -inf.
     virtual void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
                                 int32_t base) = 0;
+    // Both for rows of several sequences in one call each (each sequence has its own keys and key-list base).
+    // Row t scores keys[key_begin[t] .. key_begin[t] + key_count[t]) into scores[t, 0 .. key_count[t]) of
+    // scores [T, E] (E >= every count; the rest of the row is not written), and its picks are written as
+    // bases[t] + entry. key_begin, key_count, bases: [T] I32 in backend memory. The defaults run the ops above
+    // one row at a time (they read the arrays, so only host backends may keep them).
+    virtual void indexer_scores_rows(TensorView scores, TensorView q, TensorView keys, TensorView weights,
+                                     TensorView key_begin, TensorView key_count, float scale) {
+        const int64_t e = scores.dim(1);
+        for (int64_t t = 0; t < scores.dim(0); ++t) {
+            const int64_t k0 = key_begin.as<int32_t>()[t], n = key_count.as<int32_t>()[t];
+            if (n == 0) continue;
+            indexer_scores(TensorView(scores.f32() + t * e, DType::kF32, Shape{1, n}), q.slice_rows(t, t + 1),
+                           keys.slice_rows(k0, k0 + n), weights.slice_rows(t, t + 1), scale);
+        }
+    }
+    virtual void indexer_select_rows(TensorView dst, TensorView starts, TensorView scores, TensorView limits,
+                                     TensorView bases, int k) {
+        for (int64_t t = 0; t < scores.dim(0); ++t)
+            indexer_select(dst, starts.slice_rows(t, t + 1), scores.slice_rows(t, t + 1), limits.slice_rows(t, t + 1),
+                           k, bases.as<int32_t>()[t]);
+    }
     // Greedy token selection: ids[r] = the index of the largest logit of row r of logits [R, V], the lowest
     // index on ties, NaN entries ignored; -1 when the row's first logit is NaN or no logit exceeds -inf (the
     // host sampler's error cases). ids: [R] I32.

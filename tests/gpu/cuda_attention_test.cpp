@@ -240,5 +240,71 @@ TEST_F(CudaAttention, IndexerScoresShapes) {
     check_indexer(1, 64, 128, 16384);  // long context at decode
 }
 
+// Several sequences' rows in one call each (indexer_scores_rows, indexer_select_rows): per row its own keys of
+// one table and its own key-list base, as the V4 model batches its CSA layers; the CPU runs the single-sequence
+// ops row by row. Rows without entries write nothing; columns past a row's count stay untouched.
+TEST_F(CudaAttention, IndexerRowsOfSeveralSequences) {
+    const int64_t heads = 64, c = 128, k = 512;
+    const std::vector<int64_t> counts = {1024, 0, 37, 2000, 600, 512};  // per row (one decode row per sequence)
+    const int64_t t = static_cast<int64_t>(counts.size());
+    std::vector<int32_t> begin, count, starts, limits, bases;
+    int64_t total = 0, slots = 0, widest = 0;
+    for (int64_t r = 0; r < t; ++r) {
+        begin.push_back(static_cast<int32_t>(total));
+        count.push_back(static_cast<int32_t>(counts[r]));
+        limits.push_back(static_cast<int32_t>(counts[r] - (r % 2)));  // some rows see one entry less
+        if (counts[r] == 0) limits.back() = 0;
+        starts.push_back(static_cast<int32_t>(slots + 3));             // gaps that must stay untouched
+        bases.push_back(static_cast<int32_t>(100 * r + 7));
+        slots += 3 + std::min<int64_t>(k, limits.back());
+        total += counts[r];
+        widest = std::max(widest, counts[r]);
+    }
+    Tensor q = normal(Shape{t, heads, c}, 1.0f), keys = normal(Shape{total, c}, 1.0f), w = normal(Shape{t, heads}, 1.0f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c));
+    auto host_i32 = [](const std::vector<int32_t>& v) {
+        Tensor h(DType::kI32, Shape{static_cast<int64_t>(v.size())});
+        std::copy(v.begin(), v.end(), h.view().as<int32_t>());
+        return h;
+    };
+    Tensor hb = host_i32(begin), hc = host_i32(count), hs = host_i32(starts), hl = host_i32(limits),
+           hbase = host_i32(bases);
+    Tensor ref = Tensor::f32(Shape{t, widest});
+    std::fill(ref.f32(), ref.f32() + ref.numel(), std::numeric_limits<float>::quiet_NaN());
+    cpu_->indexer_scores_rows(ref, q, keys, w, hb, hc, scale);
+    Tensor out = nan_filled(Shape{t, widest});
+    gpu_->indexer_scores_rows(out, on_gpu(q), on_gpu(keys), on_gpu(w), i32_on_gpu(begin), i32_on_gpu(count), scale);
+    const std::vector<float> got = download(out);
+    double max_ref = 0, max_diff = 0;
+    for (int64_t r = 0; r < t; ++r)
+        for (int64_t e = 0; e < widest; ++e) {
+            const float a = got[r * widest + e], b = ref.f32()[r * widest + e];
+            if (e >= counts[r]) {
+                EXPECT_TRUE(std::isnan(a)) << "row " << r << " column " << e << " past its keys was written";
+                continue;
+            }
+            ASSERT_FALSE(std::isnan(a)) << "row " << r << " entry " << e;
+            max_ref = std::max(max_ref, static_cast<double>(std::fabs(b)));
+            max_diff = std::max(max_diff, static_cast<double>(std::fabs(a - b)));
+        }
+    EXPECT_LE(max_diff / max_ref, kBound);
+
+    // The picks from the same (CPU) scores, with the rest of the rows made finite: bitwise the CPU's.
+    for (int64_t i = 0; i < ref.numel(); ++i)
+        if (std::isnan(ref.f32()[i])) ref.f32()[i] = 0.0f;
+    Tensor picks_ref(DType::kI32, Shape{slots + 1});
+    std::fill(picks_ref.view().as<int32_t>(), picks_ref.view().as<int32_t>() + picks_ref.numel(), -9);
+    cpu_->indexer_select_rows(picks_ref, hs, ref, hl, hbase, static_cast<int>(k));
+    Tensor picks = gpu_->alloc(DType::kI32, picks_ref.shape());
+    const std::vector<int32_t> fill(picks_ref.numel(), -9);
+    gpu_->upload(picks, fill.data());
+    gpu_->indexer_select_rows(picks, i32_on_gpu(starts), on_gpu(ref), i32_on_gpu(limits), i32_on_gpu(bases),
+                              static_cast<int>(k));
+    std::vector<int32_t> got_picks(picks_ref.numel());
+    gpu_->download(got_picks.data(), picks);
+    for (int64_t i = 0; i < picks_ref.numel(); ++i)
+        ASSERT_EQ(got_picks[i], picks_ref.view().as<int32_t>()[i]) << "slot " << i;
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -272,6 +272,10 @@ struct IndexerParams {
     int rows_per_block;
     int vec;                 // c % 4 == 0 and q, keys 16-byte aligned
     float scale;
+    // Rows of several sequences (one row per block): row t's keys are keys[key_begin[t] ..][0 .. key_count[t])
+    // and entries is the row stride of scores. Null: every row scores all `entries` keys.
+    const int32_t* key_begin;
+    const int32_t* key_count;
 };
 
 constexpr int indexer_smem_floats(int ne, int head_blocks, int ld) {
@@ -290,11 +294,15 @@ __global__ void __launch_bounds__(kThreads, 2) indexer_scores_kernel(IndexerPara
     float* ws = qs + hp * ld;                     // [hp] its head weights, zero beyond Hi
     float* red = ws + hp;                         // [kWarps, kTile] per-warp sums over its heads
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, s = lane % 8, g = lane / 8;
-    const int e0 = blockIdx.x * kTile, ne = min(kTile, p.entries - e0);
     const int t0 = blockIdx.y * p.rows_per_block, t1 = min(p.rows, t0 + p.rows_per_block);
+    const int64_t key0 = p.key_begin ? p.key_begin[t0] : 0;
+    const int count = p.key_count ? p.key_count[t0] : p.entries;  // the row's keys
+    const int e0 = blockIdx.x * kTile;
+    if (e0 >= count) return;  // (ragged rows) past this row's keys: the whole block
+    const int ne = min(kTile, count - e0);
     // The block's keys; waited for with the first row's queries.
     stage_rows(ks, kTile, ld, p.c, p.vec,
-               [&](int e) { return e < ne ? p.keys + static_cast<int64_t>(e0 + e) * p.c : nullptr; });
+               [&](int e) { return e < ne ? p.keys + (key0 + e0 + e) * p.c : nullptr; });
     const int nch = (p.c + 3) / 4;
     for (int t = t0; t < t1; ++t) {
         __syncthreads();  // the previous row's qs and red are consumed
@@ -406,7 +414,8 @@ void launch_sparse_attention(float* out, const float* q, const float* keys, cons
 }
 
 void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
-                           int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream) {
+                           int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream,
+                           const int32_t* key_begin, const int32_t* key_count) {
     if (rows * entries == 0) return;
     const int64_t sms = sm_count();
     const int ld = static_cast<int>(ceil_div(c, 4) * 4), head_blocks = static_cast<int>(ceil_div(heads, 8));
@@ -416,14 +425,14 @@ void launch_indexer_scores(float* scores, const float* q, const float* keys, con
     const int ne = ceil_div(entries, 24) * rows >= sms ? 6 : 2;
     const int64_t pairs = ceil_div(entries, 4 * ne) * rows;
     // Several rows per block once there are 8 pairs per SM: the key tile is staged once for all of them.
-    const int rows_per_block = static_cast<int>(std::clamp<int64_t>(pairs / (8 * sms), 1, 16));
+    const int rows_per_block = key_begin ? 1 : static_cast<int>(std::clamp<int64_t>(pairs / (8 * sms), 1, 16));
     DI_ICHECK(indexer_smem_floats(ne, head_blocks, ld) * 4 <= 227 * 1024, "indexer shape ", heads, " x ", c,
               " does not fit in shared memory");
     const bool vec = c % 4 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(keys) % 16 == 0;
     const IndexerParams p{scores, q, keys, weights, static_cast<int>(rows), static_cast<int>(heads),
                           static_cast<int>(c), static_cast<int>(entries), ld, head_blocks, rows_per_block,
-                          vec, scale};
+                          vec, scale, key_begin, key_count};
     if (ne == 6) launch_indexer<6>(p, stream);
     else launch_indexer<2>(p, stream);
 }

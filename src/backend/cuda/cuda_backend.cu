@@ -272,6 +272,23 @@ public:
         cuda::launch_indexer_scores(scores.f32(), q.f32(), keys.f32(), weights.f32(), q.dim(0), q.dim(1), q.dim(2),
                                     keys.dim(0), scale, stream_);
     }
+    void indexer_scores_rows(TensorView scores, TensorView q, TensorView keys, TensorView weights,
+                             TensorView key_begin, TensorView key_count, float scale) override {
+        const auto op = profiler_->scope("indexer_scores");
+        DI_ICHECK(key_begin.numel() == q.dim(0) && key_count.numel() == q.dim(0) && scores.dim(0) == q.dim(0),
+                  "indexer_scores_rows shapes");
+        cuda::launch_indexer_scores(scores.f32(), q.f32(), keys.f32(), weights.f32(), q.dim(0), q.dim(1), q.dim(2),
+                                    scores.dim(1), scale, stream_, key_begin.as<int32_t>(), key_count.as<int32_t>());
+    }
+    void indexer_select_rows(TensorView dst, TensorView starts, TensorView scores, TensorView limits, TensorView bases,
+                             int k) override {
+        const auto op = profiler_->scope("indexer_select");
+        DI_ICHECK(starts.numel() == scores.dim(0) && limits.numel() == scores.dim(0) &&
+                      bases.numel() == scores.dim(0) && k >= 0,
+                  "indexer_select_rows shapes");
+        cuda::launch_indexer_select(dst.as<int32_t>(), starts.as<int32_t>(), scores.f32(), scores.dim(0),
+                                    scores.dim(1), limits.as<int32_t>(), k, 0, stream_, bases.as<int32_t>());
+    }
     void argmax_rows(TensorView ids, TensorView logits) override {
         const auto op = profiler_->scope("argmax_rows");
         DI_ICHECK(ids.numel() == logits.dim(0) && logits.dim(1) > 0, "argmax_rows shapes");

@@ -115,8 +115,11 @@ void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t 
 void launch_sparse_attention(float* out, const float* q, const float* keys, const int32_t* offsets,
                              const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
                              float scale, bool batch_invariant, cudaStream_t stream);
+// With key_begin / key_count ([rows] I32): row t scores keys key_begin[t] .. + key_count[t] into its first
+// key_count[t] columns; entries is then the row stride of scores (Backend::indexer_scores_rows).
 void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
-                           int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream);
+                           int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream,
+                           const int32_t* key_begin = nullptr, const int32_t* key_count = nullptr);
 
 void launch_gather_rows(float* dst, const float* const* rows, int64_t r, int64_t c, cudaStream_t stream);
 void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_t c, cudaStream_t stream);
@@ -129,8 +132,10 @@ void launch_moe_combine(float* out, const float* routed, const float* weights, c
 void launch_argmax_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab, cudaStream_t stream);
 
 // The indexer's top-k (select.cu): see Backend::indexer_select.
+// bases ([rows] I32, optional): row t's picks are bases[t] + entry instead of base + entry.
 void launch_indexer_select(int32_t* dst, const int32_t* starts, const float* scores, int64_t rows, int64_t entries,
-                           const int32_t* limits, int k, int32_t base, cudaStream_t stream);
+                           const int32_t* limits, int k, int32_t base, cudaStream_t stream,
+                           const int32_t* bases = nullptr);
 
 // MoE routing of `rows` rows of logits [rows, e] (Backend::moe_route): experts [rows, k] I32, weights [rows, k].
 struct MoeRouteDesc {

@@ -6,7 +6,9 @@ namespace deepinfer::cuda {
 
 namespace {
 
-constexpr int kArgmaxThreads = 256;
+// A row of 129,280 logits walked by 256 threads one float at a time took 78 us (one load in flight per thread);
+// 1024 threads with four float4 loads in flight read it in a few microseconds.
+constexpr int kArgmaxThreads = 1024;
 
 // The better of two (value, index) candidates: larger value, then lower index; index -1 is "none".
 __device__ __forceinline__ void keep_better(float& v, int64_t& i, float ov, int64_t oi) {
@@ -22,9 +24,30 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
     float v = 0.0f;
     int64_t idx = -1;
-    for (int64_t i = threadIdx.x; i < vocab; i += kArgmaxThreads) {
-        const float x = row[i];
-        if (!isnan(x)) keep_better(v, idx, x, i);
+    if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0) {
+        const float4* row4 = reinterpret_cast<const float4*>(row);
+        const int64_t n4 = vocab / 4;
+        for (int64_t j0 = threadIdx.x; j0 < n4; j0 += 4 * kArgmaxThreads) {
+            float4 x[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int64_t j = j0 + u * kArgmaxThreads;
+                x[u] = j < n4 ? __ldg(row4 + j) : make_float4(NAN, NAN, NAN, NAN);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int64_t i = 4 * (j0 + u * kArgmaxThreads);
+                if (!isnan(x[u].x)) keep_better(v, idx, x[u].x, i);
+                if (!isnan(x[u].y)) keep_better(v, idx, x[u].y, i + 1);
+                if (!isnan(x[u].z)) keep_better(v, idx, x[u].z, i + 2);
+                if (!isnan(x[u].w)) keep_better(v, idx, x[u].w, i + 3);
+            }
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < vocab; i += kArgmaxThreads) {
+            const float x = row[i];
+            if (!isnan(x)) keep_better(v, idx, x, i);
+        }
     }
     for (int off = 16; off > 0; off /= 2) {
         const float ov = __shfl_xor_sync(0xffffffffu, v, off);

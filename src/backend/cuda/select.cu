@@ -20,12 +20,12 @@ __device__ __forceinline__ uint32_t order_key(float f) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// scores [T, E]; row t picks min(k, limits[t]) of its first limits[t] entries and writes base + entry to
-// dst[starts[t] ...] in ascending entry order.
+// scores [T, E]; row t picks min(k, limits[t]) of its first limits[t] entries and writes base + entry (bases[t]
+// + entry when bases is given) to dst[starts[t] ...] in ascending entry order.
 __global__ void __launch_bounds__(kSelectThreads)
     indexer_select_kernel(int32_t* __restrict__ dst, const int32_t* __restrict__ starts,
                           const float* __restrict__ scores, int64_t entries, const int32_t* __restrict__ limits, int k,
-                          int32_t base) {
+                          int32_t base, const int32_t* __restrict__ bases) {
     using Scan = cub::BlockScan<int, kSelectThreads>;
     __shared__ typename Scan::TempStorage scan_storage;
     __shared__ int hist[256];
@@ -33,6 +33,7 @@ __global__ void __launch_bounds__(kSelectThreads)
     __shared__ int s_remaining, s_carry_eq, s_carry_out;
 
     const int64_t row = blockIdx.x;
+    if (bases) base = bases[row];
     const int n = min(static_cast<int64_t>(limits[row]), entries);
     const int m = min(k, n);
     int32_t* out = dst + starts[row];
@@ -101,10 +102,10 @@ __global__ void __launch_bounds__(kSelectThreads)
 }  // namespace
 
 void launch_indexer_select(int32_t* dst, const int32_t* starts, const float* scores, int64_t rows, int64_t entries,
-                           const int32_t* limits, int k, int32_t base, cudaStream_t stream) {
+                           const int32_t* limits, int k, int32_t base, cudaStream_t stream, const int32_t* bases) {
     if (rows == 0) return;
     indexer_select_kernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(dst, starts, scores, entries,
-                                                                                      limits, k, base);
+                                                                                      limits, k, base, bases);
     DI_CUDA_LAUNCH_CHECK();
 }
 

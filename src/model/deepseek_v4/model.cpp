@@ -398,12 +398,16 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     if (L.has_compressor) main_plan = plan_compress(layer, rows, false, ckv, cgate, arrays);
     if (L.has_indexer) index_plan = plan_compress(layer, rows, true, ikv, igate, arrays);
     struct CsaSeq {  // a sequence whose queries pick compressed entries with the indexer
-        int64_t row0, n, entries, index_key0, query0;  // query0: its first row in csa_starts / csa_limits
-        int32_t base;                                  // its first entry's index in the key table
+        int64_t row0, n, entries, index_key0;
+        int32_t base;  // its first entry's index in the key table
     };
     std::vector<CsaSeq> csa;
     std::vector<float*> key_rows, index_key_rows, window_keep, window_dst;
-    std::vector<int32_t> offsets{0}, indices, csa_starts, csa_limits;
+    std::vector<int32_t> offsets{0}, indices;
+    // Per row of the step (CSA layers): where its picks go in the key lists, how many entries it sees, the
+    // key-table index of its sequence's first entry, and its sequence's indexer keys (a row without entries
+    // has limit and count 0).
+    std::vector<int32_t> csa_starts, csa_limits, csa_bases, index_begin, index_count;
     const int64_t m = c.compress_ratio[layer];
     for (const Rows::Seq& s : rows.seqs) {
         if (s.n == 0) continue;
@@ -417,9 +421,9 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         for (int64_t t = 0; t < s.n; ++t) key_rows.push_back(kv.f32() + (s.row0 + t) * d);
         for (int64_t e = 0; e < entries; ++e) key_rows.push_back(st.compressor.entries->row(e));
         const int32_t entry0 = static_cast<int32_t>(key0 + prev + s.n);
+        const int64_t index_key0 = static_cast<int64_t>(index_key_rows.size());
         if (kind == AttnKind::kCsa && entries) {
-            csa.push_back({s.row0, s.n, entries, static_cast<int64_t>(index_key_rows.size()),
-                           static_cast<int64_t>(csa_starts.size()), entry0});
+            csa.push_back({s.row0, s.n, entries, index_key0, entry0});
             for (int64_t e = 0; e < entries; ++e) index_key_rows.push_back(st.indexer.entries->row(e));
         }
         // Each query's key list: its window rows, then the compressed entries it sees (HCA: all of them; CSA:
@@ -431,9 +435,12 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
             const int64_t visible = L.has_compressor ? (p + 1) / m : 0;
             if (kind == AttnKind::kHca) {
                 for (int64_t e = 0; e < visible; ++e) indices.push_back(static_cast<int32_t>(entry0 + e));
-            } else if (kind == AttnKind::kCsa && entries) {
+            } else if (kind == AttnKind::kCsa) {
                 csa_starts.push_back(static_cast<int32_t>(indices.size()));
                 csa_limits.push_back(static_cast<int32_t>(visible));
+                csa_bases.push_back(entry0);
+                index_begin.push_back(static_cast<int32_t>(index_key0));
+                index_count.push_back(static_cast<int32_t>(entries));
                 indices.resize(indices.size() + std::min<int64_t>(visible, c.index_topk), -1);
             }
             offsets.push_back(static_cast<int32_t>(indices.size()));
@@ -447,6 +454,8 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     const StepArrays::Handle key_rows_h = arrays.stage_rows(key_rows), index_rows_h = arrays.stage_rows(index_key_rows);
     const StepArrays::Handle offsets_h = arrays.stage_i32(offsets), indices_h = arrays.stage_i32(indices);
     const StepArrays::Handle starts_h = arrays.stage_i32(csa_starts), limits_h = arrays.stage_i32(csa_limits);
+    const StepArrays::Handle bases_h = arrays.stage_i32(csa_bases), index_begin_h = arrays.stage_i32(index_begin);
+    const StepArrays::Handle index_count_h = arrays.stage_i32(index_count);
     const KeptRows window_rows = plan_kept_rows(window_keep, window_dst, kv.f32(), d, arrays);
     arrays.upload_staged();
 
@@ -457,26 +466,39 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     be.gather_rows(keys, arrays.view(key_rows_h));
     const TensorView key_list = arrays.view(indices_h);
     if (!csa.empty()) {
-        // The indexer scores each sequence's entries for its queries and fills their CSA slots with the top ones.
+        // The indexer scores each sequence's entries for its queries and fills their CSA slots with the top ones:
+        // one call each for a single sequence, else one call each over every row of the step.
         Tensor index_keys = alloc(Shape{static_cast<int64_t>(index_key_rows.size()), c.index_head_dim});
         be.gather_rows(index_keys, arrays.view(index_rows_h));
         const TensorView starts = arrays.view(starts_h), limits = arrays.view(limits_h);
-        for (size_t i = 0; i < csa.size(); ++i) {
-            const CsaSeq& q = csa[i];
-            Tensor scores = alloc(Shape{q.n, q.entries});
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c.index_head_dim));
+        Tensor scores;
+        if (csa.size() == 1) {
+            const CsaSeq& q = csa[0];
+            scores = alloc(Shape{q.n, q.entries});
             be.indexer_scores(scores, iq.view().slice_rows(q.row0, q.row0 + q.n),
                               index_keys.view().slice_rows(q.index_key0, q.index_key0 + q.entries),
-                              iw.view().slice_rows(q.row0, q.row0 + q.n),
-                              1.0f / std::sqrt(static_cast<float>(c.index_head_dim)));
-            be.indexer_select(key_list, starts.slice_rows(q.query0, q.query0 + q.n), scores,
-                              limits.slice_rows(q.query0, q.query0 + q.n), c.index_topk, q.base);
-            if (i == 0 && q.row0 == 0) {
-                dump(be, "l" + std::to_string(layer) + ".index_scores", scores);
-                if (debug_dump_enabled())
-                    dump_indexer_picks(layer, to_host(be, key_list), offsets,
-                                       std::vector<int32_t>(csa_starts.begin(), csa_starts.begin() + q.n), q.base,
-                                       c.index_topk);
-            }
+                              iw.view().slice_rows(q.row0, q.row0 + q.n), scale);
+            be.indexer_select(key_list, starts.slice_rows(q.row0, q.row0 + q.n), scores,
+                              limits.slice_rows(q.row0, q.row0 + q.n), c.index_topk, q.base);
+        } else {
+            int64_t widest = 0;
+            for (const CsaSeq& q : csa) widest = std::max(widest, q.entries);
+            scores = alloc(Shape{T, widest});
+            be.indexer_scores_rows(scores, iq, index_keys, iw, arrays.view(index_begin_h), arrays.view(index_count_h),
+                                   scale);
+            be.indexer_select_rows(key_list, starts, scores, limits, arrays.view(bases_h), c.index_topk);
+        }
+        const CsaSeq& first = csa[0];
+        if (first.row0 == 0 && debug_dump_enabled()) {  // the batch's first sequence: its [n, entries] scores
+            const Tensor all = to_host(be, scores);
+            Tensor own = Tensor::f32(Shape{first.n, first.entries});
+            for (int64_t r = 0; r < first.n; ++r)
+                std::memcpy(own.f32() + r * first.entries, all.f32() + r * all.dim(1), first.entries * sizeof(float));
+            debug_dump("l" + std::to_string(layer) + ".index_scores", own);
+            dump_indexer_picks(layer, to_host(be, key_list), offsets,
+                               std::vector<int32_t>(csa_starts.begin(), csa_starts.begin() + first.n), first.base,
+                               c.index_topk);
         }
     }
     Tensor o = alloc(Shape{T, H, d});
