@@ -13,11 +13,10 @@
 // 8 heads at a time: the 8 lanes of a group split c, the 4 groups take NE entries each, so every q float4 read
 // from shared memory serves NE entries and every key float4 serves 8 heads. No choice of tile changes the
 // summation order of an output, so the op is batch-invariant by construction.
-#include <cooperative_groups.h>
-
 #include <algorithm>
 #include <atomic>
 
+#include "backend/cuda/attention_merge.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 
@@ -25,19 +24,10 @@ namespace deepinfer::cuda {
 
 namespace {
 
-namespace cg = cooperative_groups;
-
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kKeyTile = 32;     // keys per staged tile: 4 per warp in the product, one per lane in the softmax
 constexpr int kMaxSplits = 8;    // portable cluster size
 constexpr int kMaxHeadDim = 1024;
-
-int sm_count() {
-    int dev = 0, n = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-}
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -237,28 +227,8 @@ __global__ void __launch_bounds__(kThreads, CPT <= 2 ? 2 : 1) sparse_attention_k
 #pragma unroll
         for (int j = 0; j < CPT; ++j) part[h * ld + tid + j * kThreads] = acc[h][j];
     if (warp < HG && lane == 0) ml[warp] = m_run, ml[HG + warp] = l_run;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();
-    if (tid < nh) {
-        const float sink = p.sinks[h0 + tid];
-        float m = sink;
-        for (int r = 0; r < splits; ++r) m = fmaxf(m, cluster.map_shared_rank(ml, r)[tid]);
-        float l = expf(sink - m);
-        for (int r = 0; r < splits; ++r) {
-            const float* o = cluster.map_shared_rank(ml, r);
-            l += o[HG + tid] * expf(o[tid] - m);
-        }
-        for (int r = 0; r < splits; ++r) wts[r * HG + tid] = expf(cluster.map_shared_rank(ml, r)[tid] - m) / l;
-    }
-    __syncthreads();
     float* orow = p.out + (static_cast<int64_t>(row) * p.heads + h0) * d;
-    for (int i = rank * kThreads + tid; i < nh * d; i += splits * kThreads) {
-        const int h = i / d, c = i - h * d;
-        float o = 0.0f;
-        for (int r = 0; r < splits; ++r) o = fmaf(wts[r * HG + h], cluster.map_shared_rank(part, r)[h * ld + c], o);
-        orow[i] = o;
-    }
-    cluster.sync();  // the other ranks may still read this block's part and ml
+    merge_cluster_outputs<HG, kThreads>(orow, part, ld, ml, wts, p.sinks + h0, nh, d, splits, rank);
 }
 
 struct IndexerParams {
@@ -387,7 +357,7 @@ void launch_sparse_attention(float* out, const float* q, const float* keys, cons
                              float scale, bool batch_invariant, cudaStream_t stream) {
     DI_ICHECK(d <= kMaxHeadDim, "head_dim ", d, " is too large for the CUDA attention kernel");
     if (rows * heads * d == 0) return;
-    const int64_t sms = sm_count(), target = 2 * sms;
+    const int64_t sms = device_sm_count(), target = 2 * sms;
     // Eight heads share each staged key (half the key traffic of four) unless even the largest split leaves
     // SMs idle (decode of one row): then four, which doubles the blocks.
     const int hg = heads > 4 && rows * ceil_div(heads, 8) * kMaxSplits >= sms ? 8 : 4;
@@ -417,7 +387,7 @@ void launch_indexer_scores(float* scores, const float* q, const float* keys, con
                            int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream,
                            const int32_t* key_begin, const int32_t* key_count) {
     if (rows * entries == 0) return;
-    const int64_t sms = sm_count();
+    const int64_t sms = device_sm_count();
     const int ld = static_cast<int>(ceil_div(c, 4) * 4), head_blocks = static_cast<int>(ceil_div(heads, 8));
     // Tiles of 24 entries (each staged query float4 serves 6 of them per lane; 8 would need more than the 128
     // registers of 2 blocks per SM) once the (row, tile) pairs fill the SMs; else tiles of 8, so that a single

@@ -8,6 +8,14 @@
 
 namespace deepinfer::cuda {
 
+// The current device's SM count.
+inline int device_sm_count() {
+    int dev = 0, n = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    return n;
+}
+
 // Raises `kernel`'s dynamic shared memory limit to `bytes`, once per device (`configured`: one bit per device,
 // static at the call site).
 template <typename Kernel>

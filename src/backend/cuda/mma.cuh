@@ -1,0 +1,58 @@
+// Warp-level bf16 tensor-core helpers (mma.sync m16n8k16, ldmatrix) shared by the tensor-core kernels.
+//
+// Fragment layout of mma.m16n8k16 (lane = 4 g + c): A (16 x 16, row) a0: row g, k 2c..2c+1; a1: row g + 8;
+// a2: row g, k 2c+8..; a3: row g + 8, k 2c+8..; B (16 x 8, col) b0: k 2c..2c+1 of column g, b1: k 2c+8..;
+// C/D (16 x 8 f32) d0, d1: row g, columns 2c, 2c+1; d2, d3: row g + 8.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace deepinfer::cuda::mma {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Four 8x8 b16 matrices; lanes 8 i .. 8 i + 7 give the row addresses of matrix i, r[i] its fragment (lane
+// 4 g + c holds row g, columns 2c, 2c+1).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+// Two matrices (row addresses from lanes 0 .. 15).
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+// Four matrices, transposed: lane 4 g + c holds rows 2c, 2c+1 of column g (a B fragment of a row-major
+// [k][n] tile).
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// d += a . b: a 16x16 (row), b 16x8 (col), bf16; d 16x8 f32.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as a bf16 pair (round to nearest even), lo in the low half.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+}  // namespace deepinfer::cuda::mma
