@@ -58,7 +58,8 @@ public:
         // DEEPINFER_CUDA_GEMM picks the kernel of the products that the GEMV does not take (see matmul()):
         // auto (default): cuBLAS from cuda::kCublasMinRows rows, else tc; cublas: always cuBLAS; tc: our bf16
         // tensor-core kernel; tiled: fp32 SIMT (~1e-6 of the CPU). auto, cublas and tc compute from bf16 inputs
-        // (the GPU bound of the tolerance table).
+        // (the GPU bound of the tolerance table), and so does their sparse_attention (tensor cores; tiled keeps
+        // the fp32 kernel).
         const char* gemm = std::getenv("DEEPINFER_CUDA_GEMM");
         const std::string mode = gemm && *gemm ? gemm : "auto";
         DI_CHECK(mode == "auto" || mode == "cublas" || mode == "tc" || mode == "tiled",
@@ -258,8 +259,16 @@ public:
     }
     void sparse_attention(TensorView out, TensorView q, TensorView keys, const int32_t* offsets,
                           const int32_t* indices, const float* sinks, float scale) override {
-        const auto op = profiler_->scope("sparse_attention");
         DI_ICHECK(out.shape() == q.shape() && keys.dim(1) == q.dim(2), "sparse_attention shapes");
+        // The modes that compute products from bf16 inputs take the tensor-core kernel (bf16 q and keys); tiled,
+        // the exact mode, and head dims it does not cover keep the fp32 kernel.
+        if (gemm_mode_ != GemmMode::kTiled && cuda::sparse_attention_tc_applies(q.dim(2))) {
+            const auto op = profiler_->scope("sparse_attention tensor cores");
+            cuda::launch_sparse_attention_tc(out.f32(), q.f32(), keys.f32(), keys.dim(0), offsets, indices, sinks,
+                                             q.dim(0), q.dim(1), q.dim(2), scale, batch_invariant_, stream_);
+            return;
+        }
+        const auto op = profiler_->scope("sparse_attention");
         cuda::launch_sparse_attention(out.f32(), q.f32(), keys.f32(), offsets, indices, sinks, q.dim(0), q.dim(1),
                                       q.dim(2), scale, batch_invariant_, stream_);
     }

@@ -115,6 +115,20 @@ void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t 
 void launch_sparse_attention(float* out, const float* q, const float* keys, const int32_t* offsets,
                              const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
                              float scale, bool batch_invariant, cudaStream_t stream);
+// The same op on the tensor cores (attention_tc.cu), for the bf16 modes: q and keys rounded to bf16, fp32
+// accumulation and softmax, the probabilities rounded to bf16 for the product with V. Deterministic; without a
+// split (batch_invariant) a row's result does not depend on the other rows. Head dims up to 512
+// (sparse_attention_tc_applies). nkeys: rows of the key table. staging: how key tiles reach shared memory (the
+// results are the same): gathered from the fp32 table, or by cp.async from a bf16 copy made once per call;
+// kAuto picks the copy when the table is small against the rows (prefill).
+enum class AttnKeyStaging { kAuto, kGather, kTable };
+bool sparse_attention_tc_applies(int64_t d);
+// Whether kAuto stages from the bf16 copy for a table of nkeys rows and `rows` query rows.
+bool sparse_attention_tc_copies_table(int64_t nkeys, int64_t rows);
+void launch_sparse_attention_tc(float* out, const float* q, const float* keys, int64_t nkeys, const int32_t* offsets,
+                                const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
+                                float scale, bool batch_invariant, cudaStream_t stream,
+                                AttnKeyStaging staging = AttnKeyStaging::kAuto);
 // With key_begin / key_count ([rows] I32): row t scores keys key_begin[t] .. + key_count[t] into its first
 // key_count[t] columns; entries is then the row stride of scores (Backend::indexer_scores_rows).
 void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
