@@ -72,8 +72,9 @@ if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     grep -h "ERROR SUMMARY" "$out/memcheck.log" | sed 's/^/      /'
     # The newer kernels (selection, attention, GEMMs and GEMVs, cuBLAS, MoE, mHC) under memcheck and synccheck;
     # racecheck (slow) on their smaller shapes.
-    newer='*CudaSelect*:CudaArgmax*:CudaAttention*:CudaGemm*:CudaLinears*:CudaMoe*:CudaOps.HyperConnections*'
-    small='*CudaSelect*:CudaArgmax*:CudaAttention.SparseAttentionDecodeShapes:CudaAttention.IndexerScoresShapes:'
+    newer='*CudaSelect*:CudaArgmax*:*CudaAttention*:CudaIndexer*:CudaGemm*:CudaLinears*:CudaMoe*:'
+    newer+='CudaOps.HyperConnections*'
+    small='*CudaSelect*:CudaArgmax*:*CudaAttention.SparseAttentionDecodeShapes/*:CudaIndexer.ScoresShapes:'
     small+='CudaGemmTc.GroupedLinear:CudaGemmTc.GemvTensorCoresGrouped:CudaLinears*:CudaMoe.RouteMatchesCpu'
     for tool in memcheck racecheck synccheck; do
         filter="$newer"

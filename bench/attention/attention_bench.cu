@@ -2,8 +2,13 @@
 // K=V; indexer 64 heads x 128), decode (1..128 query rows, 128 window keys + 512 selected entries per row) and
 // a 2048-token prefill. Timed with CUDA events over back-to-back launches; the inputs stay in the 50 MB L2, as
 // they do in the model, where gather_rows has just written the key table. Prints us per call, GB/s of the bytes
-// the op must move (queries, distinct keys, indices, outputs), GFLOP/s (a multiply-add is 2), and the kernels
-// this one replaced (kept below as the baseline) with the relative difference of their outputs.
+// the op must move (queries, distinct keys, indices, outputs), TFLOP/s (a multiply-add is 2), and a reference
+// with the speedup over it and the relative difference of the outputs:
+//  - sparse_attention fp32: the SIMT kernel of DEEPINFER_CUDA_GEMM=tiled, against the kernel it replaced (kept
+//    below as the baseline);
+//  - sparse_attention tc: the tensor-core kernel of the bf16 modes (its own choice of key staging), then with
+//    the other staging forced ("tc gather": fp32 keys gathered per tile; "tc table": a bf16 copy of the table
+//    first), each against the fp32 kernel (the difference is the bf16 rounding, ~3e-3).
 //   attention_bench [--iters N] [--no-baseline]
 #include <cuda_runtime.h>
 
@@ -159,12 +164,17 @@ struct Options {
 
 void report(const char* op, const char* shape, double us, double bytes, double flops, const Options& o,
             const std::function<void()>& old_call, const std::function<double()>& diff) {
-    std::printf("%-16s %-26s %9.2f %8.0f %9.0f", op, shape, us, bytes / us / 1e3, flops / us / 1e3);
+    std::printf("%-24s %-26s %9.2f %8.0f %8.1f", op, shape, us, bytes / us / 1e3, flops / us / 1e6);
     if (o.baseline) {
         const double old_us = time_us(old_call, std::max(1, o.iters / 4));
         std::printf(" %10.1f %8.1fx %9.1e", old_us, old_us / us, diff());
     }
     std::printf("\n");
+}
+// A line against a reference already timed (ref_us).
+void report_vs(const char* op, const char* shape, double us, double bytes, double flops, double ref_us, double diff) {
+    std::printf("%-24s %-26s %9.2f %8.0f %8.1f %10.1f %8.1fx %9.1e\n", op, shape, us, bytes / us / 1e3,
+                flops / us / 1e6, ref_us, ref_us / us, diff);
 }
 
 // Query rows t < rows, each with a list of key rows: decode (its own 128 window rows, then 512 distinct
@@ -195,9 +205,10 @@ void bench_attention(int rows, bool prefill, const Options& o) {
     float* q = random_device(qn, 1.0f, 1);
     float* keys = random_device(nkeys * kHeadDim, 1.0f, 2);
     float* sinks = random_device(kHeads, 1.0f, 3);
-    float *out = nullptr, *out_old = nullptr;
+    float *out = nullptr, *out_old = nullptr, *out_tc = nullptr;
     CHECK(cudaMalloc(&out, qn * 4));
     CHECK(cudaMalloc(&out_old, qn * 4));
+    CHECK(cudaMalloc(&out_tc, qn * 4));
     int32_t* off_d = to_device(offsets);
     int32_t* idx_d = to_device(indices);
     const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
@@ -214,10 +225,29 @@ void bench_attention(int rows, bool prefill, const Options& o) {
         baseline::sparse_attention_kernel<<<rows * kHeads, baseline::kAttnThreads>>>(out_old, q, keys, off_d, idx_d,
                                                                                      sinks, kHeads, kHeadDim, scale);
     };
-    report("sparse_attention", shape, us, bytes, flops, o, old_call, [&] { return max_rel_diff(out, out_old, qn); });
+    report("sparse_attention fp32", shape, us, bytes, flops, o, old_call,
+           [&] { return max_rel_diff(out, out_old, qn); });
+    // The tensor-core kernel: its own choice of key staging, then the other one.
+    auto tc_call = [&](AttnKeyStaging staging) {
+        return [&, staging] {
+            launch_sparse_attention_tc(out_tc, q, keys, nkeys, off_d, idx_d, sinks, rows, kHeads, kHeadDim, scale,
+                                       false, nullptr, staging);
+        };
+    };
+    const bool table = sparse_attention_tc_copies_table(nkeys, rows);
+    struct Variant {
+        const char* name;
+        AttnKeyStaging staging;
+    };
+    for (Variant v : {Variant{"sparse_attention tc", AttnKeyStaging::kAuto},
+                      Variant{table ? "sparse_attention tc gather" : "sparse_attention tc table",
+                              table ? AttnKeyStaging::kGather : AttnKeyStaging::kTable}}) {
+        const double tc_us = time_us(tc_call(v.staging), o.iters);
+        report_vs(v.name, shape, tc_us, bytes, flops, us, max_rel_diff(out_tc, out, qn));
+    }
     for (void* p : {static_cast<void*>(q), static_cast<void*>(keys), static_cast<void*>(sinks),
-                    static_cast<void*>(out), static_cast<void*>(out_old), static_cast<void*>(off_d),
-                    static_cast<void*>(idx_d)})
+                    static_cast<void*>(out), static_cast<void*>(out_old), static_cast<void*>(out_tc),
+                    static_cast<void*>(off_d), static_cast<void*>(idx_d)})
         CHECK(cudaFree(p));
 }
 
@@ -259,7 +289,7 @@ int main(int argc, char** argv) {
             return 2;
         }
     }
-    std::printf("%-16s %-26s %9s %8s %9s %10s %9s %9s\n", "op", "shape", "us/call", "GB/s", "GFLOP/s", "old us",
+    std::printf("%-24s %-26s %9s %8s %8s %10s %9s %9s\n", "op", "shape", "us/call", "GB/s", "TFLOP/s", "ref us",
                 "speedup", "rel diff");
     for (int rows : {1, 8, 32, 128}) bench_attention(rows, false, o);
     bench_attention(2048, true, o);
