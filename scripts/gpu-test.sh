@@ -74,7 +74,8 @@ if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     # racecheck (slow) on their smaller shapes.
     newer='*CudaSelect*:CudaArgmax*:CudaAttention*:CudaGemm*:CudaLinears*:CudaMoe*:CudaOps.HyperConnections*'
     small='*CudaSelect*:CudaArgmax*:CudaAttention.SparseAttentionDecodeShapes:CudaAttention.IndexerScoresShapes:'
-    small+='CudaGemmTc.GroupedLinear:CudaGemmTc.GemvTensorCoresGrouped:CudaLinears*:CudaMoe.RouteMatchesCpu'
+    small+='CudaGemmTc.GroupedLinear:CudaGemmTc.GemvTensorCoresGrouped:CudaLinears*:CudaMoe.RouteMatchesCpu:'
+    small+='CudaMoe*.ExpertLinearExtremeFp4Scales'
     for tool in memcheck racecheck synccheck; do
         filter="$newer"
         [ "$tool" = racecheck ] && filter="$small"
