@@ -75,7 +75,8 @@ if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     newer='*CudaSelect*:CudaArgmax*:*CudaAttention*:CudaIndexer*:CudaGemm*:CudaLinears*:CudaMoe*:'
     newer+='CudaOps.HyperConnections*'
     small='*CudaSelect*:CudaArgmax*:*CudaAttention.SparseAttentionDecodeShapes/*:CudaIndexer.ScoresShapes:'
-    small+='CudaGemmTc.GroupedLinear:CudaGemmTc.GemvTensorCoresGrouped:CudaLinears*:CudaMoe.RouteMatchesCpu'
+    small+='CudaGemmTc.GroupedLinear:CudaGemmTc.GemvTensorCoresGrouped:CudaLinears*:CudaMoe.RouteMatchesCpu:'
+    small+='CudaMoe*.ExpertLinearExtremeFp4Scales'
     for tool in memcheck racecheck synccheck; do
         filter="$newer"
         [ "$tool" = racecheck ] && filter="$small"

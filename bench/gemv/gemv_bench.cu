@@ -4,7 +4,9 @@
 // (kept below as the baseline, one warp per output feature), and the relative difference of their outputs.
 // Then the routed experts (expert_linear over 256 FP4 experts, top-6 of each token) at 1, 8, 32 and 128 tokens,
 // rotating through 8 random routings so that consecutive calls touch different experts; GB/s counts the weight +
-// scale bytes of the distinct experts a call touches. Its baseline is the expert kernel the current one replaced.
+// scale bytes of the distinct experts a call touches. Both kernels of launch_expert_linear are timed: fp32 FMAs
+// (DEEPINFER_CUDA_GEMM=tiled) and tensor cores (the bf16 modes), with the tensor-core output's relative difference
+// from the fp32 one and, unless --no-baseline, the time of the expert kernel the fp32 one replaced.
 //   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--no-baseline] [--experts-only | --no-experts]
 #include <cuda_runtime.h>
 
@@ -506,19 +508,22 @@ void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, dou
             CHECK(cudaEventDestroy(stop));
             return 1000.0 * ms / count;
         };
-        auto new_kernel = [&](const ExpertLinearDesc& d) { launch_expert_linear(d, table[0], fast, nullptr); };
+        auto fp32_kernel = [&](const ExpertLinearDesc& d) { launch_expert_linear(d, table[0], fast, false, nullptr); };
+        auto tc_kernel = [&](const ExpertLinearDesc& d) { launch_expert_linear(d, table[0], fast, true, nullptr); };
         auto old_kernel = [&](const ExpertLinearDesc& d) { baseline_experts::launch(d, table[0], nullptr); };
-        const double us = time_calls(new_kernel, out_new, iters);
-        const double gbs = distinct * static_cast<double>(expert_bytes) / us / 1e3;
+        const double fp32_us = time_calls(fp32_kernel, out_old, iters);
+        const double tc_us = time_calls(tc_kernel, out_new, iters);
+        auto gbs = [&](double us) { return distinct * static_cast<double>(expert_bytes) / us / 1e3; };
         char shape[32];
         std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(n), static_cast<long long>(k));
-        std::printf("%-18s %-9s %-14s %4lld %5lld %6.1f %10.2f %8.0f %6.1f%%", name, "fp4", shape,
-                    static_cast<long long>(tokens), static_cast<long long>(rows), distinct, us, gbs,
-                    100.0 * gbs / bandwidth);
-        if (baseline) {
-            const double old_us = time_calls(old_kernel, out_old, std::max(1, iters / 4));
-            new_kernel(desc(out_new, 0));
-            old_kernel(desc(out_old, 0));
+        std::printf("%-18s %-14s %4lld %5lld %6.1f %9.2f %7.0f %5.1f%% %9.2f %7.0f %5.1f%% %7.2fx", name, shape,
+                    static_cast<long long>(tokens), static_cast<long long>(rows), distinct, fp32_us, gbs(fp32_us),
+                    100.0 * gbs(fp32_us) / bandwidth, tc_us, gbs(tc_us), 100.0 * gbs(tc_us) / bandwidth,
+                    fp32_us / tc_us);
+        // The tensor-core kernel's output against the fp32 kernel's (bf16 activations: ~1e-3 expected).
+        fp32_kernel(desc(out_old, 0));
+        tc_kernel(desc(out_new, 0));
+        {
             const std::vector<float> a = download(out_new, rows * n), b = download(out_old, rows * n);
             double diff = 0, ref = 0;
             for (int64_t i = 0; i < rows * n; ++i) {
@@ -526,8 +531,9 @@ void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, dou
                 ref = std::max(ref, static_cast<double>(std::fabs(b[i])));
                 if (std::isnan(a[i]) != std::isnan(b[i])) diff = INFINITY;
             }
-            std::printf(" %10.2f %7.2fx %9.1e", old_us, old_us / us, ref > 0 ? diff / ref : diff);
+            std::printf(" %9.1e", ref > 0 ? diff / ref : diff);
         }
+        if (baseline) std::printf(" %9.2f", time_calls(old_kernel, out_old, std::max(1, iters / 4)));
         std::printf("\n");
     }
     CHECK(cudaFree(ids_d));
@@ -627,8 +633,9 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(out_old));
     if (experts) {
         // The MoE block's calls: w1 and w3 (each token's row for its 6 slots), w2 (each slot its own row).
-        std::printf("\n%-18s %-9s %-14s %4s %5s %6s %10s %8s %7s %10s %8s %9s\n", "routed experts", "dtype",
-                    "[n x k]", "tok", "rows", "exp", "us/call", "GB/s", "% bw", "old us", "speedup", "rel diff");
+        std::printf("\n%-18s %-14s %4s %5s %6s %9s %7s %6s %9s %7s %6s %8s %9s%s\n", "routed experts (fp4)",
+                    "[n x k]", "tok", "rows", "exp", "fp32 us", "GB/s", "% bw", "tc us", "GB/s", "% bw", "tc gain",
+                    "tc diff", baseline ? "    old us" : "");
         run_experts("expert w1/w3 x256", 2048, 4096, kTopK, bandwidth, iters, baseline);
         run_experts("expert w2 x256", 4096, 2048, 1, bandwidth, iters, baseline);
     }

@@ -49,8 +49,8 @@ MoeWeights load_moe(WeightLoader& w, const std::string& prefix, const MoeParams&
 // Routed slots (tokens x experts per token) up to which a device backend runs the routed experts straight
 // from the device-side routing: expert_linear groups the slots by expert on the device, with no host
 // synchronisation. Above it (prefill-sized steps, ~8 or more rows per expert of 256), it downloads the [T, k]
-// expert ids and runs each touched expert once over its rows through linear(), whose tensor-core GEMMs outrun
-// expert_linear's fp32 products once experts have that many rows. Batch-invariant mode always takes the
+// expert ids and runs each touched expert once over its rows through linear(), whose GEMMs outrun expert_linear's
+// weight-streaming products once experts have that many rows. Batch-invariant mode always takes the
 // second path (a threshold would make a row's result depend on the batch size; the products there run on the
 // tensor-core kernel without split-K, whose per-row sums do not depend on the other rows). Host backends always
 // take the first path (it computes the same products there).

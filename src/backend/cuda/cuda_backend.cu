@@ -182,6 +182,9 @@ public:
     bool tc_gemv(int64_t rows, const WeightDesc& d) const {
         return !batch_invariant_ && gemm_mode_ != GemmMode::kTiled && cuda::gemv_tc_applies(rows, d);
     }
+    // The routed experts (expert_linear) on the tensor cores where the GEMM mode computes from bf16 inputs. Their
+    // kernel's per-row sums do not depend on the other rows, so batch-invariant mode takes it too.
+    bool tc_experts() const { return gemm_mode_ != GemmMode::kTiled; }
     bool fp32_gemv(int64_t rows, const WeightDesc& d) const {
         return !batch_invariant_ && !tc_gemv(rows, d) && cuda::gemv_applies(rows, d);
     }
@@ -376,7 +379,7 @@ public:
                                        experts[0].cols,
                                        static_cast<int>(experts.size()),
                                        rows_per_input};
-        cuda::launch_expert_linear(d, table.host[0], table.streams, stream_);
+        cuda::launch_expert_linear(d, table.host[0], table.streams, tc_experts(), stream_);
     }
 
 private:

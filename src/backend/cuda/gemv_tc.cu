@@ -15,14 +15,13 @@
 // dequantized to bf16 in registers (FP8 and FP4 times power-of-two scales exactly; f32 weights and fp32
 // scales round), activations are rounded to bf16 once when staged: the numerics of the tensor-core GEMM.
 #include <cooperative_groups.h>
-#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <atomic>
 
+#include "backend/cuda/bf16_mma.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
-#include "backend/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
 
@@ -50,38 +49,6 @@ struct GemvTcParams {
     int slice_blocks;  // k blocks (4 E weights) per cluster rank
     int scale_shift;   // FP8: log2(k blocks per 128-wide scale block); FP4: 0 (a chunk is one group)
 };
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// C[16 x 8] += A[16 x 16] . B[16 x 8], bf16 inputs, f32 accumulators. a0, a2: row g; a1, a3: row g + 8.
-__device__ __forceinline__ void mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                    uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// A chunk of E weights as E/2 bf16 pairs, times its scale.
-template <int K>
-__device__ __forceinline__ void chunk_to_bf16(const uint4& v, float scale, uint32_t (&o)[kElems<K> / 2]) {
-    if constexpr (K == kBF16) {
-        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
-    } else {
-        constexpr int G = kGran<K>;
-#pragma unroll
-        for (int g = 0; g < kElems<K> / G; ++g) {
-            float f[G];
-            decode<K>(v, g, f);
-#pragma unroll
-            for (int i = 0; i < G / 2; ++i) o[g * G / 2 + i] = pack_bf16(f[2 * i] * scale, f[2 * i + 1] * scale);
-        }
-    }
-}
 
 template <int K>
 __global__ void __launch_bounds__(kThreads, 3) gemv_tc_kernel(const __grid_constant__ GemvTcParams p) {
@@ -191,8 +158,8 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_tc_kernel(const __grid_const
 #pragma unroll
                     for (int jj = 0; jj < kSteps; ++jj) {
                         const int j = kSteps * q + jj;
-                        mma(acc, xa[0][2 * jj], xa[1][2 * jj], xa[0][2 * jj + 1], xa[1][2 * jj + 1], wb[2 * j],
-                            wb[2 * j + 1]);
+                        mma_bf16(acc, xa[0][2 * jj], xa[1][2 * jj], xa[0][2 * jj + 1], xa[1][2 * jj + 1],
+                                 wb[2 * j], wb[2 * j + 1]);
                     }
                 }
             }

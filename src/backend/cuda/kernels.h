@@ -168,11 +168,13 @@ void launch_moe_route(int32_t* experts, float* weights, const float* logits, int
 
 // Routed expert products (Backend::expert_linear): out [rows, n] row r = x row (r / rows_per_input) [k] times
 // table[expert_of_row[r]]^T, every table entry an [n, k] weight of one kind. `fast` (from
-// expert_linear_streams()) picks the weight-streaming kernel (for k up to 24576), else a plain one for any layout.
-// The streaming kernel groups the rows by expert on the device (a small sorting launch when many rows may share
-// experts, with stream-ordered scratch memory), reads each touched expert's weights once per group of up to 4 of
-// its rows, and sums each output in an order fixed by k and the weight kind: a row's result does not depend on
-// the other rows. An id outside [0, num_experts) gives a NaN row.
+// expert_linear_streams()) picks the weight-streaming kernels (for k up to 24576), else a plain one for any layout.
+// The streaming kernels group the rows by expert on the device (a small sorting launch when many rows may share
+// experts, with stream-ordered scratch memory), read each touched expert's weights once per group of its rows,
+// and sum each output in an order fixed by k and the weight kind: a row's result does not depend on the other
+// rows. `tensor_cores` picks the bf16 one (the numerics of launch_gemm_tc: activations rounded to bf16, weights
+// dequantized to bf16, fp32 accumulation; groups of up to 16 rows on mma.sync), else the fp32 one (fp32 FMAs,
+// groups of up to 4 rows). An id outside [0, num_experts) gives a NaN row.
 struct ExpertLinearDesc {
     float* out;                    // [rows, n] f32
     const float* x;                // [rows / rows_per_input, k] f32
@@ -183,6 +185,7 @@ struct ExpertLinearDesc {
 };
 // True when every weight can be streamed in whole 16-byte chunks (see gemv_applies(), without the limit on K).
 bool expert_linear_streams(const WeightDesc* host_table, int64_t num_experts);
-void launch_expert_linear(const ExpertLinearDesc& p, const WeightDesc& first, bool fast, cudaStream_t stream);
+void launch_expert_linear(const ExpertLinearDesc& p, const WeightDesc& first, bool fast, bool tensor_cores,
+                          cudaStream_t stream);
 
 }  // namespace deepinfer::cuda

@@ -1,14 +1,15 @@
 // Mixture-of-experts on the device: the routing (scores, hash or top-k selection, weights, slots in ascending
 // expert order) and the routed experts' products (expert_linear), which read each row's expert id on the device,
 // group the rows by expert on the device when many rows share experts, and stream each touched expert's weights
-// (see "routed expert products" below). Nothing here waits for the host, so a decode step's MoE can run inside a
-// CUDA graph.
+// (see "routed expert products" below), on fp32 FMAs or on the tensor cores. Nothing here waits for the host, so a
+// decode step's MoE can run inside a CUDA graph.
 #include <algorithm>
 #include <atomic>
 #include <climits>
 
+#include "backend/cuda/bf16_mma.cuh"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/weight_chunks.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace deepinfer::cuda {
 
@@ -452,6 +453,288 @@ __global__ void expert_linear_plain_kernel(const ExpertLinearDesc d) {
     d.out[i] = acc;
 }
 
+// ---- routed expert products on the tensor cores ----
+//
+// The same work items as above (single rows, or up to kTcRows = 16 rows of one expert from moe_group_kernel) and
+// grid: block (tile, item) multiplies the item's rows by weight rows n0 .. n0 + tile with mma.sync m16n8k16, as
+// gemv_tc.cu does: A = the item's activation rows (zero past them), B = W^T, the k positions of each MMA step
+// fed by the lanes' 16-byte weight chunks; weights dequantized to bf16 in registers (FP4 x E8M0 exactly and without
+// conversion instructions: fp4_word_to_bf16), activations rounded to bf16 once as they are staged. An item's weight
+// tile is read once for all its rows, and each MMA serves 16 rows.
+//
+// Block: 8 warps, 2 along features x 4 along K. The tile is walked in sub-tiles of kTcSub = 32 features: warp
+// (wf, wk) takes features wf * 16 .. wf * 16 + 15 of each (two n8 groups sharing every A fragment) and the k blocks
+// (4 chunks: k positions 4E) wk, wk + 4, ...; each lane loads one chunk per group and k block, kTcDepth k blocks
+// ahead across sub-tiles, the first ones while the item's rows are staged. A sub-tile's four K-quarter sums meet
+// in shared memory (double buffered: one barrier per sub-tile).
+//
+// Reduction order of an output, fixed by K and the weight kind alone: the chain of MMA steps over the k blocks of
+// each quarter in k order (inside a step the tensor core's sum, which reads only that output's row of A and
+// column of B), then the quarters in order 0..3. Neither the item's other rows, nor their number, nor the tile
+// change it: the op is batch invariant, and its one-row and grouped launches agree bitwise.
+//
+// Staged activations, per row: k block kb holds E/2 pieces of 8 bf16; piece kb * E/2 + q * 4 + c is what lane c
+// reads for the q-th pair of MMA steps of its chunk: the chunk's activations 8q .. 8q + 7, in the order the decode
+// yields the weights (FP4: 0, 4, 1, 5, 2, 6, 3, 7; other kinds 0..7). F32 weights (4 a chunk: one step) stage in k
+// order and read 8 bytes a step. The row stride is 64 bytes past a multiple of 128, so that the 8 lanes of a
+// quarter warp (rows g, g + 1; chunks 0..3) read 128 distinct bytes.
+
+constexpr int kTcKWarps = 4, kTcFeatureWarps = 2, kTcGroups = 2;
+constexpr int kTcSub = kTcFeatureWarps * kTcGroups * 8;  // features per sub-tile
+constexpr int kTcRows = 16;                               // rows per item at most (the MMA's M)
+constexpr int kTcMaxTile = 256;                           // features per block, at most
+constexpr int kTcDepth = 2;                               // k blocks of weight loads in flight per warp
+constexpr int kTcRedStride = 40;  // floats per row of quarter sums: a half warp's float2 stores hit distinct banks
+constexpr int kTcRedBytes = 2 * kTcKWarps * kTcRows * kTcRedStride * 4;  // [2][quarter][row][stride] f32
+constexpr int kTcHeadBytes = kTcRedBytes + kTcRows * 8;                   // then the item's row ids [16] I64
+constexpr int kTcXBytes = 66 * 1024;      // staged rows of a grouped launch: 16 x 2048 or 8 x 4096 (2 blocks/SM)
+constexpr int kTcMaxXBytes = 100 * 1024;  // one staged row at most (one-row items)
+
+struct ExpertTcParams {
+    ExpertLinearDesc d;
+    const int32_t* perm;        // [rows] I32 row ids grouped by expert (P > 1), else null
+    const int4* items;          // [work] {first perm index, rows, expert or -1, 0} (P > 1), else null
+    const int32_t* item_count;  // [1] I32 (P > 1), else null
+    int64_t work;               // grid rows to walk: d.rows (P = 1) or the bound on items
+    int chunks;                 // 16-byte chunks per weight row
+    int kblocks;                // k blocks (4 chunks) per weight row, the last one possibly partial
+    int kw_steps;               // ceil(kblocks / 4): the steps of each K warp per sub-tile (idle past kblocks)
+    int subtiles;               // sub-tiles per block tile
+    int x_stride;               // bf16 per staged row
+    int scale_shift;            // FP8/FP4: log2(16-byte chunks per scale block along K)
+    int x_vec4;                 // x is 16-byte aligned: float4 loads
+};
+
+// Rows rows[0 .. nr) of x as bf16 in the staged layout, zero past k (a partial last k block).
+template <int K>
+__device__ __forceinline__ void tc_stage(const ExpertTcParams& p, const int64_t* rows, int nr, uint16_t* xs) {
+    constexpr int E = kElems<K>, KB = 4 * E;
+    const ExpertLinearDesc& d = p.d;
+    const int groups = p.kblocks * (KB / 8);  // groups of 8 activations per row
+#pragma unroll 2
+    for (int i = threadIdx.x; i < nr * groups; i += kThreads) {
+        const int t = i / groups, gi = i - t * groups;
+        const int64_t k0 = int64_t{gi} * 8;
+        const float* src = d.x + rows[t] / d.rows_per_input * d.k + k0;
+        float f[8];
+        if (p.x_vec4 && k0 + 8 <= d.k) {
+            const float4 a = __ldg(reinterpret_cast<const float4*>(src)), b = __ldg(reinterpret_cast<const float4*>(src) + 1);
+            f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) f[j] = k0 + j < d.k ? src[j] : 0.0f;
+        }
+        int at = gi;  // piece index
+        if constexpr (E >= 16) {
+            const int kb = gi / (E / 2), r = gi - kb * (E / 2);
+            at = kb * (E / 2) + (r % (E / 8)) * 4 + r / (E / 8);
+        }
+        const uint4 v = K == kFP4 ? make_uint4(pack_bf16(f[0], f[4]), pack_bf16(f[1], f[5]), pack_bf16(f[2], f[6]),
+                                               pack_bf16(f[3], f[7]))
+                                  : make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]),
+                                               pack_bf16(f[6], f[7]));
+        *reinterpret_cast<uint4*>(xs + t * p.x_stride + at * 8) = v;
+    }
+}
+
+struct TcStep {
+    uint4 v[kTcGroups];      // the lane's chunk of each group's feature
+    uint32_t s[kTcGroups];   // its raw scale bits (neutral where nothing was loaded)
+};
+
+// The MMA steps of one k block: A fragments of rows g and g + 8 (zero where the item has no such row) from the
+// staged rows, B from the lane's chunks, into acc[group].
+template <int K>
+struct TcBlock {
+    const uint16_t* xg;   // staged row g
+    const uint16_t* xg8;  // staged row g + 8
+    bool row_g, row_g8;
+    int scale_f32;        // FP8: scales are F32
+
+    __device__ __forceinline__ uint4 piece(const uint16_t* row, bool live, int at) const {
+        return live ? *reinterpret_cast<const uint4*>(row + at * 8) : make_uint4(0, 0, 0, 0);
+    }
+
+    template <bool kSlow>
+    __device__ __forceinline__ void fp4(const TcStep& w, int kb, int c, float (&acc)[kTcGroups][4]) const {
+        Fp4Scale sc[kTcGroups];
+#pragma unroll
+        for (int f = 0; f < kTcGroups; ++f) sc[f] = fp4_scale<kSlow>(w.s[f]);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int at = kb * 16 + q * 4 + c;
+            const uint4 a = piece(xg, row_g, at), a8 = piece(xg8, row_g8, at);
+#pragma unroll
+            for (int f = 0; f < kTcGroups; ++f) {
+                const uint32_t word = q == 0 ? w.v[f].x : q == 1 ? w.v[f].y : q == 2 ? w.v[f].z : w.v[f].w;
+                uint32_t b[4];
+                fp4_word_to_bf16<kSlow>(word, sc[f], b);
+                mma_bf16(acc[f], a.x, a8.x, a.y, a8.y, b[0], b[1]);
+                mma_bf16(acc[f], a.z, a8.z, a.w, a8.w, b[2], b[3]);
+            }
+        }
+    }
+
+    __device__ __forceinline__ void operator()(const TcStep& w, int kb, int c, float (&acc)[kTcGroups][4]) const {
+        constexpr int E = kElems<K>;
+        if constexpr (K == kFP4) {
+            // Scales whose bf16 constants are not normal take the slower decode, the whole warp together.
+            bool slow = false;
+#pragma unroll
+            for (int f = 0; f < kTcGroups; ++f) slow |= !fp4_fast_scale(w.s[f]);
+            if (__any_sync(0xffffffffu, slow)) fp4<true>(w, kb, c, acc);
+            else fp4<false>(w, kb, c, acc);
+        } else {
+            uint32_t o[kTcGroups][E / 2];
+#pragma unroll
+            for (int f = 0; f < kTcGroups; ++f) {
+                const float s = K != kFP8 ? 1.0f : scale_f32 ? __uint_as_float(w.s[f])
+                                                             : e8m0_to_f32(static_cast<uint8_t>(w.s[f]));
+                chunk_to_bf16<K>(w.v[f], s, o[f]);
+            }
+            if constexpr (E == 4) {
+                const int at = kb * 16 + c * 4;
+                const uint2 a = row_g ? *reinterpret_cast<const uint2*>(xg + at) : make_uint2(0, 0);
+                const uint2 a8 = row_g8 ? *reinterpret_cast<const uint2*>(xg8 + at) : make_uint2(0, 0);
+#pragma unroll
+                for (int f = 0; f < kTcGroups; ++f) mma_bf16(acc[f], a.x, a8.x, a.y, a8.y, o[f][0], o[f][1]);
+            } else {
+#pragma unroll
+                for (int q = 0; q < E / 8; ++q) {
+                    const int at = kb * (E / 2) + q * 4 + c;
+                    const uint4 a = piece(xg, row_g, at), a8 = piece(xg8, row_g8, at);
+#pragma unroll
+                    for (int f = 0; f < kTcGroups; ++f) {
+                        mma_bf16(acc[f], a.x, a8.x, a.y, a8.y, o[f][4 * q], o[f][4 * q + 1]);
+                        mma_bf16(acc[f], a.z, a8.z, a.w, a8.w, o[f][4 * q + 2], o[f][4 * q + 3]);
+                    }
+                }
+            }
+        }
+    }
+};
+
+// One work item: rows[0 .. nr) (nr <= kTcRows) of expert e times weight rows n0 .. n0 + subtiles * kTcSub.
+template <int K>
+__device__ __forceinline__ void tc_item(const ExpertTcParams& p, int e, int nr, const int64_t* rows, int64_t n0,
+                                        uint16_t* xs, float* red) {
+    constexpr bool kScaled = K == kFP8 || K == kFP4;
+    const ExpertLinearDesc& d = p.d;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int g = lane / 4, c = lane % 4, wf = warp % kTcFeatureWarps, wk = warp / kTcFeatureWarps;
+    const int kw = p.kw_steps;
+    const int subtiles = static_cast<int>(min(static_cast<int64_t>(p.subtiles), (d.n - n0 + kTcSub - 1) / kTcSub));
+    const WeightDesc w = d.table[e];
+    const uint4* wdata = reinterpret_cast<const uint4*>(w.data);
+    // Neutral scale bits where nothing is loaded (keeps FP4 on its fast decode).
+    const uint32_t neutral = K == kFP8 && w.scale_f32 ? 0x3f800000u : 127u;
+
+    int ls = 0, li = 0;  // sub-tile and step of the next load
+    auto load_next = [&](TcStep& b) {
+        const int kb = wk + kTcKWarps * li, chunk = kb * 4 + c;
+#pragma unroll
+        for (int f = 0; f < kTcGroups; ++f) {
+            const int64_t n = n0 + ls * kTcSub + wf * 16 + f * 8 + g;
+            const bool ok = ls < subtiles && kb < p.kblocks && chunk < p.chunks && n < d.n;
+            b.v[f] = ok ? __ldg(wdata + n * p.chunks + chunk) : make_uint4(0, 0, 0, 0);
+            b.s[f] = neutral;
+            if constexpr (kScaled) {
+                if (ok) {
+                    const int64_t srow = K == kFP8 ? n / w.block_rows : n;
+                    const int64_t si = srow * w.scale_cols + (chunk >> p.scale_shift);
+                    b.s[f] = K == kFP8 && w.scale_f32 ? __ldg(reinterpret_cast<const uint32_t*>(w.scale) + si)
+                                                      : __ldg(w.scale + si);
+                }
+            }
+        }
+        if (++li == kw) li = 0, ++ls;
+    };
+
+    TcStep ring[kTcDepth];
+#pragma unroll
+    for (int j = 0; j < kTcDepth; ++j) load_next(ring[j]);  // in flight while the rows are staged
+    tc_stage<K>(p, rows, nr, xs);
+    __syncthreads();
+
+    const TcBlock<K> mma_block{xs + g * p.x_stride, xs + (g + 8) * p.x_stride, g < nr, g + 8 < nr, w.scale_f32};
+    float acc[kTcGroups][4] = {};
+    int cs = 0, ci = 0;  // sub-tile and step being computed
+    int buf = 0;         // red buffer of the current sub-tile
+    const int steps = subtiles * kw;
+    for (int st0 = 0; st0 < steps; st0 += kTcDepth) {
+#pragma unroll
+        for (int j = 0; j < kTcDepth; ++j) {
+            if (st0 + j >= steps) break;  // the same for the whole block
+            const TcStep cur = ring[j];
+            load_next(ring[j]);
+            const int kb = wk + kTcKWarps * ci;
+            if (kb < p.kblocks) mma_block(cur, kb, c, acc);  // the same for the whole warp
+            if (ci == kw - 1) {
+                // The sub-tile's quarter sums: acc[f][0..1] row g, features wf * 16 + f * 8 + 2c (+1); [2..3] row
+                // g + 8. Summed in quarter order, each output written once.
+                float* r = red + buf * (kTcKWarps * kTcRows * kTcRedStride);
+#pragma unroll
+                for (int f = 0; f < kTcGroups; ++f) {
+                    const int col = wf * 16 + f * 8 + 2 * c;
+                    *reinterpret_cast<float2*>(r + (wk * kTcRows + g) * kTcRedStride + col) =
+                        make_float2(acc[f][0], acc[f][1]);
+                    *reinterpret_cast<float2*>(r + (wk * kTcRows + g + 8) * kTcRedStride + col) =
+                        make_float2(acc[f][2], acc[f][3]);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc[f][i] = 0.0f;
+                }
+                __syncthreads();
+                const int64_t f0 = n0 + cs * kTcSub;
+                for (int o = threadIdx.x; o < nr * kTcSub; o += kThreads) {
+                    const int t = o / kTcSub, col = o % kTcSub;
+                    if (f0 + col >= d.n) continue;
+                    float a = r[t * kTcRedStride + col];
+#pragma unroll
+                    for (int q = 1; q < kTcKWarps; ++q) a = __fadd_rn(a, r[(q * kTcRows + t) * kTcRedStride + col]);
+                    d.out[rows[t] * d.n + f0 + col] = a;
+                }
+                buf ^= 1;  // the next sub-tile writes the other buffer; this one again only past the next barrier
+            }
+            if (++ci == kw) ci = 0, ++cs;
+        }
+    }
+    __syncthreads();  // xs, red and the row ids are rewritten by the block's next item
+}
+
+// Grid (tiles, min(work, 65535)); block (x, y) serves tile x of items y, y + gridDim.y, ...
+template <int K>
+__global__ void __launch_bounds__(kThreads, 2) expert_tc_kernel(const __grid_constant__ ExpertTcParams p) {
+    extern __shared__ __align__(16) uint8_t tc_smem[];
+    float* red = reinterpret_cast<float*>(tc_smem);
+    int64_t* rows = reinterpret_cast<int64_t*>(tc_smem + kTcRedBytes);
+    uint16_t* xs = reinterpret_cast<uint16_t*>(tc_smem + kTcHeadBytes);  // [P, x_stride] bf16
+    const ExpertLinearDesc& d = p.d;
+    const int64_t tile = int64_t{p.subtiles} * kTcSub, n0 = blockIdx.x * tile;
+    for (int64_t y = blockIdx.y; y < p.work; y += gridDim.y) {
+        int e = 0, nr = 1;
+        if (p.items) {
+            if (y >= *p.item_count) break;  // the same for the whole block
+            const int4 it = p.items[y];
+            nr = it.y;
+            e = it.z;
+            if (threadIdx.x < nr) rows[threadIdx.x] = p.perm[it.x + threadIdx.x];
+        } else {
+            e = d.expert_of_row[y];
+            if (threadIdx.x == 0) rows[0] = y;
+        }
+        __syncthreads();
+        if (e < 0 || e >= d.num_experts) {  // a bad id: NaN rows
+            for (int64_t o = threadIdx.x; o < nr * tile; o += kThreads) {
+                const int64_t t = o / tile, f = n0 + o % tile;
+                if (f < d.n) d.out[rows[t] * d.n + f] = __int_as_float(0x7fc00000);
+            }
+            __syncthreads();
+            continue;
+        }
+        tc_item<K>(p, e, nr, rows, n0, xs, red);
+    }
+}
+
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int sm_count() {
@@ -485,6 +768,88 @@ void launch_products(const ExpertParams& p, int P, int64_t tiles, size_t smem, c
     }
 }
 
+// The rows sorted by expert into items of up to P rows (moe_group_kernel), in stream-ordered scratch that the
+// caller frees after its products: [16 B] item count, [rows] perm, [work] items.
+struct Grouping {
+    uint8_t* ws = nullptr;
+    const int32_t* count = nullptr;
+    const int32_t* perm = nullptr;
+    const int4* items = nullptr;
+    int64_t work = 0;  // bound on the items
+};
+
+Grouping group_rows(const ExpertLinearDesc& d, int P, cudaStream_t stream) {
+    const int64_t buckets = int64_t{d.num_experts} + 1;
+    Grouping g;
+    // Items: sum over the touched buckets of ceil(rows / P) <= (rows + (P - 1) * buckets touched) / P.
+    g.work = (d.rows + (P - 1) * std::min(d.rows, buckets)) / P;
+    const int64_t perm_bytes = ceil_div(d.rows * 4, 16) * 16;
+    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&g.ws), 16 + perm_bytes + g.work * 16, stream));
+    int32_t* count = reinterpret_cast<int32_t*>(g.ws);
+    int32_t* perm = reinterpret_cast<int32_t*>(g.ws + 16);
+    int4* list = reinterpret_cast<int4*>(g.ws + 16 + perm_bytes);
+    moe_group_kernel<<<1, kGroupThreads, static_cast<size_t>(4 * buckets) * 4, stream>>>(
+        count, perm, list, d.expert_of_row, d.rows, d.num_experts, P);
+    DI_CUDA_LAUNCH_CHECK();
+    g.count = count, g.perm = perm, g.items = list;
+    return g;
+}
+
+// Bytes per staged row of the tensor-core kernel: whole k blocks of bf16, 64 past a multiple of 128.
+int64_t tc_row_bytes(int64_t k, int e) { return ceil_div(ceil_div(k, 4 * e) * 4 * e * 2, 128) * 128 + 64; }
+
+template <int K>
+void launch_tc(const ExpertTcParams& p, int64_t tiles, size_t smem, cudaStream_t stream) {
+    auto kernel = expert_tc_kernel<K>;
+    static std::atomic<uint64_t> configured{0};
+    allow_smem(kernel, kTcHeadBytes + kTcMaxXBytes, configured);
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(p.work, 65535)));
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+void launch_expert_tc(const ExpertLinearDesc& d, const WeightDesc& first, cudaStream_t stream) {
+    const int kind = kind_of(first), e = elems_of(kind);
+    const int64_t row_bytes = tc_row_bytes(d.k, e);
+    ExpertTcParams p{};
+    p.d = d;
+    p.chunks = static_cast<int>(d.k / e);
+    p.kblocks = static_cast<int>(ceil_div(p.chunks, 4));
+    p.kw_steps = static_cast<int>(std::max<int64_t>(1, ceil_div(p.kblocks, kTcKWarps)));  // k = 0: zero rows
+    p.x_stride = static_cast<int>(row_bytes / 2);
+    p.x_vec4 = reinterpret_cast<uintptr_t>(d.x) % 16 == 0 ? 1 : 0;
+    if (first.format != 0) p.scale_shift = __builtin_ctz(static_cast<unsigned>(first.block_cols / e));
+
+    // Rows per item: one while rows rarely share an expert (no grouping launch), else up to 16 (an MMA costs the
+    // same for 1 row or 16), as far as their staged rows fit two blocks per SM.
+    const int64_t buckets = int64_t{d.num_experts} + 1;
+    int P = d.rows <= kOneRowItems || buckets > kGroupMaxBuckets ? 1 : kTcRows;
+    while (P > 1 && P * row_bytes > kTcXBytes) P /= 2;
+
+    // Tile: one sub-tile of 32 features, doubled up to 256 while the grid keeps 6 blocks per SM (a small batch's
+    // few items then still spread over the card, a large batch's stage each row for fewer tiles).
+    const int64_t items = P == 1 ? d.rows : std::min<int64_t>(d.rows, d.num_experts);  // roughly
+    const int64_t min_blocks = 6 * static_cast<int64_t>(sm_count());
+    int tile = kTcSub;
+    while (tile < kTcMaxTile && items * ceil_div(d.n, 2 * tile) >= min_blocks) tile *= 2;
+    p.subtiles = tile / kTcSub;
+    const int64_t tiles = ceil_div(d.n, tile);
+    DI_ICHECK(tiles <= INT32_MAX, "expert_linear: ", d.n, " outputs");
+    const size_t smem = static_cast<size_t>(kTcHeadBytes + P * row_bytes);
+
+    const Grouping gr = P == 1 ? Grouping{} : group_rows(d, P, stream);
+    p.work = P == 1 ? d.rows : gr.work;
+    p.item_count = gr.count, p.perm = gr.perm, p.items = gr.items;
+    switch (kind) {
+        case kF32: launch_tc<kF32>(p, tiles, smem, stream); break;
+        case kBF16: launch_tc<kBF16>(p, tiles, smem, stream); break;
+        case kF16: launch_tc<kF16>(p, tiles, smem, stream); break;
+        case kFP8: launch_tc<kFP8>(p, tiles, smem, stream); break;
+        default: launch_tc<kFP4>(p, tiles, smem, stream); break;
+    }
+    if (gr.ws) DI_CUDA_CHECK(cudaFreeAsync(gr.ws, stream));
+}
+
 }  // namespace
 
 void launch_moe_route(int32_t* experts, float* weights, const float* logits, int64_t rows, int64_t e,
@@ -514,9 +879,14 @@ bool expert_linear_streams(const WeightDesc* table, int64_t num_experts) {
     return true;
 }
 
-void launch_expert_linear(const ExpertLinearDesc& d, const WeightDesc& first, bool fast, cudaStream_t stream) {
+void launch_expert_linear(const ExpertLinearDesc& d, const WeightDesc& first, bool fast, bool tensor_cores,
+                          cudaStream_t stream) {
     if (d.rows * d.n == 0) return;
     const int kind = kind_of(first), e = elems_of(kind);
+    if (fast && tensor_cores && tc_row_bytes(d.k, e) <= kTcMaxXBytes) {
+        launch_expert_tc(d, first, stream);
+        return;
+    }
     const int64_t stride4 = ceil_div(d.k / 4, 8) * 8;  // fast: k is whole chunks, so a multiple of 4
     if (!fast || stride4 * 16 > kXBytes) {
         expert_linear_plain_kernel<<<static_cast<unsigned>((d.rows * d.n + 255) / 256), 256, 0, stream>>>(d);
@@ -557,24 +927,9 @@ void launch_expert_linear(const ExpertLinearDesc& d, const WeightDesc& first, bo
     DI_ICHECK(tiles <= INT32_MAX, "expert_linear: ", d.n, " outputs");
     const size_t smem = static_cast<size_t>(P * stride4 * 16 + red_bytes(tile));
 
-    uint8_t* ws = nullptr;  // P > 1: [16 B] item count, [rows] perm, [max items] items
-    if (P == 1) {
-        p.work = d.rows;
-    } else {
-        // Items: sum over the touched buckets of ceil(rows / P) <= (rows + (P - 1) * buckets touched) / P.
-        p.work = (d.rows + (P - 1) * std::min(d.rows, buckets)) / P;
-        const int64_t perm_bytes = ceil_div(d.rows * 4, 16) * 16;
-        DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), 16 + perm_bytes + p.work * 16, stream));
-        int32_t* count = reinterpret_cast<int32_t*>(ws);
-        int32_t* perm = reinterpret_cast<int32_t*>(ws + 16);
-        int4* list = reinterpret_cast<int4*>(ws + 16 + perm_bytes);
-        moe_group_kernel<<<1, kGroupThreads, static_cast<size_t>(4 * buckets) * 4, stream>>>(
-            count, perm, list, d.expert_of_row, d.rows, d.num_experts, P);
-        DI_CUDA_LAUNCH_CHECK();
-        p.item_count = count;
-        p.perm = perm;
-        p.items = list;
-    }
+    const Grouping gr = P == 1 ? Grouping{} : group_rows(d, P, stream);
+    p.work = P == 1 ? d.rows : gr.work;
+    p.item_count = gr.count, p.perm = gr.perm, p.items = gr.items;
     switch (kind) {
         case kF32: launch_products<kF32>(p, P, tiles, smem, stream); break;
         case kBF16: launch_products<kBF16>(p, P, tiles, smem, stream); break;
@@ -582,7 +937,7 @@ void launch_expert_linear(const ExpertLinearDesc& d, const WeightDesc& first, bo
         case kFP8: launch_products<kFP8>(p, P, tiles, smem, stream); break;
         default: launch_products<kFP4>(p, P, tiles, smem, stream); break;
     }
-    if (ws) DI_CUDA_CHECK(cudaFreeAsync(ws, stream));
+    if (gr.ws) DI_CUDA_CHECK(cudaFreeAsync(gr.ws, stream));
 }
 
 }  // namespace deepinfer::cuda

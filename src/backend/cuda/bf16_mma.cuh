@@ -1,0 +1,111 @@
+// Weight chunks as operands of the bf16 tensor-core products that stream weights (gemv_tc.cu, the routed experts
+// in moe.cu): mma.sync m16n8k16 with bf16 inputs and f32 accumulators, and the decode of a 16-byte chunk of weights
+// into bf16 pairs. Weights exact in bf16 (BF16, FP8 and FP4 times E8M0 scales) decode exactly; F32, F16 and FP8
+// with F32 scales round to nearest even.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/weight_chunks.cuh"
+
+namespace deepinfer::cuda::chunks {
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// C[16 x 8] += A[16 x 16] . B[16 x 8], bf16 inputs, f32 accumulators. Lane (g = lane / 4, c = lane % 4): a0, a2
+// hold row g at k 2c, 2c + 1 and 2c + 8, 2c + 9; a1, a3 row g + 8; b0, b1 column g at those k; d[0..1] row g,
+// columns 2c, 2c + 1; d[2..3] row g + 8. Each output element's sum depends only on its own row and column.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// A chunk of E weights as E/2 bf16 pairs (consecutive weights, the first in the low half), times its scale.
+template <int K>
+__device__ __forceinline__ void chunk_to_bf16(const uint4& v, float scale, uint32_t (&o)[kElems<K> / 2]) {
+    if constexpr (K == kBF16) {
+        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+    } else {
+        constexpr int G = kGran<K>;
+#pragma unroll
+        for (int g = 0; g < kElems<K> / G; ++g) {
+            float f[G];
+            decode<K>(v, g, f);
+#pragma unroll
+            for (int i = 0; i < G / 2; ++i) o[g * G / 2 + i] = pack_bf16(f[2 * i] * scale, f[2 * i + 1] * scale);
+        }
+    }
+}
+
+__device__ __forceinline__ uint32_t byte_perm(uint32_t lo, uint32_t hi, uint32_t selector) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(lo), "r"(hi), "r"(selector));
+    return d;
+}
+
+__device__ __forceinline__ uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+    uint32_t d;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+    return d;
+}
+
+// FP4 without conversion instructions: one 32-bit word of 8 e2m1 codes (low nibble first) -> 4 bf16 pairs, each
+// exactly code x 2^S for the scale 2^S, in the pair order (c0, c4), (c1, c5), (c2, c6), (c3, c7) (the staged
+// activations of the routed-expert kernel follow that order). Byte permutes look up twice each magnitude (0, 1,
+// 2, 3, 4, 6, 8, 12: exact integers) from two constant registers and put it under the bf16 exponent of 128, so a
+// pair reads as 128 + 2|v|; one bf16 FMA with (alpha, beta) = (2^(S-1), -2^(S+6)) leaves |v| 2^S exactly (every
+// value has at most 4 significant bits), and the code's sign bit is ORed in. Bits of a bf16 pair of 2^p (both
+// halves): (p + 127) * 0x00800080 for p in [-126, 127].
+//
+// kFp4FastScale: the E8M0 scale bytes e for which both constants are normal bf16 (S = e - 127 in [-125, 121]).
+// Other scales take kSlow: (alpha, beta) = (2^-1, -2^6) (or (2^-2, -2^5) for e = 0, whose 2^-127 is not a normal
+// bf16; then post = 2^-126), and the result is multiplied by post = 2^S (NaN for e = 255).
+__device__ __forceinline__ bool fp4_fast_scale(uint32_t e) { return e - 2u <= 246u; }
+
+struct Fp4Scale {
+    uint32_t alpha, beta, post;  // bf16 pairs
+};
+
+template <bool kSlow>
+__device__ __forceinline__ Fp4Scale fp4_scale(uint32_t e) {
+    if constexpr (!kSlow) {
+        return {(e - 1u) * 0x00800080u, (e + 6u) * 0x00800080u | 0x80008000u, 0u};
+    } else {
+        const uint32_t p = e == 255u ? 0x7fc07fc0u : e == 0u ? 0x00800080u : e * 0x00800080u;
+        return e == 0u ? Fp4Scale{0x3e803e80u, 0xc200c200u, p} : Fp4Scale{0x3f003f00u, 0xc280c280u, p};
+    }
+}
+
+template <bool kSlow>
+__device__ __forceinline__ void fp4_word_to_bf16(uint32_t u, const Fp4Scale& s, uint32_t (&o)[4]) {
+    constexpr uint32_t kLo = 0x03020100u, kHi = 0x0c080604u;  // byte c: 2|v| of magnitude code c
+    constexpr uint32_t kMagic = 0x43434343u;                  // 0x43: the high byte of bf16 128
+    const uint32_t m = u & 0x77777777u;                       // the magnitudes (a selector nibble's bit 3 is clear)
+    const uint32_t n0 = byte_perm(kLo, kHi, byte_perm(m, 0u, 0x20u));  // bytes: codes 0, 1, 4, 5
+    const uint32_t n1 = byte_perm(kLo, kHi, byte_perm(m, 0u, 0x31u));  // codes 2, 3, 6, 7
+    const uint32_t w[4] = {byte_perm(n0, kMagic, 0x4240u), byte_perm(n0, kMagic, 0x4341u),
+                           byte_perm(n1, kMagic, 0x4240u), byte_perm(n1, kMagic, 0x4341u)};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        uint32_t t = fma_bf16x2(w[j], s.alpha, s.beta);
+        if constexpr (kSlow) t = mul_bf16x2(t, s.post);
+        o[j] = t | ((u << (12 - 4 * j)) & 0x80008000u);  // the signs of codes j and j + 4 (bits 4j + 3, 4j + 19)
+    }
+}
+
+}  // namespace deepinfer::cuda::chunks
