@@ -8,26 +8,14 @@
 
 #include <cstdint>
 
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda::chunks {
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-// C[16 x 8] += A[16 x 16] . B[16 x 8], bf16 inputs, f32 accumulators. Lane (g = lane / 4, c = lane % 4): a0, a2
-// hold row g at k 2c, 2c + 1 and 2c + 8, 2c + 9; a1, a3 row g + 8; b0, b1 column g at those k; d[0..1] row g,
-// columns 2c, 2c + 1; d[2..3] row g + 8. Each output element's sum depends only on its own row and column.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+// mma.sync m16n8k16 and the bf16 packing: see mma.cuh.
+using mma::mma_bf16;
+using mma::pack_bf16;
 
 // A chunk of E weights as E/2 bf16 pairs (consecutive weights, the first in the low half), times its scale.
 template <int K>

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mma.cuh"
 #include "backend/cuda/weight_chunks.cuh"
 
 #define DI_CUBLAS_CHECK(expr)                                                                                     \
@@ -37,10 +38,7 @@ constexpr int64_t kChunkAlign = 256;
 
 enum Kind { kF32, kBF16, kF16, kFP8, kFP4, kAny };
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-}
+using mma::pack_bf16;
 
 // dst [n, ld] bf16 = W rows row0 .. row0 + n - 1, 16 consecutive weights of one row per thread (one 16-byte
 // load of FP8, 8 bytes of FP4, 32 of f16, 64 of f32; two 16-byte stores). n * k / 16 < 2^31: the scratch
