@@ -216,8 +216,9 @@ TEST_F(CudaOps, HyperConnections) {
         int n;
         int64_t rows, d;
     };
-    for (Case k : {Case{4, 11, 96}, Case{3, 5, 33}, Case{3, 70, 33}, Case{4, 5000, 8}, Case{4, 1, 4096},
-                   Case{4, 3, 4096}, Case{4, 8, 4096}, Case{4, 300, 4096}}) {
+    // (3, 9, 64): the vectorised collapse/post with a runtime n.
+    for (Case k : {Case{4, 11, 96}, Case{3, 5, 33}, Case{3, 70, 33}, Case{3, 9, 64}, Case{4, 5000, 8},
+                   Case{4, 1, 4096}, Case{4, 3, 4096}, Case{4, 8, 4096}, Case{4, 300, 4096}}) {
         const int n = k.n;
         const int64_t rows = k.rows, d = k.d, mix = (2 + n) * n;
         const float fn_std = d == 4096 ? 1.0f / std::sqrt(float(n * d)) : 0.05f;
