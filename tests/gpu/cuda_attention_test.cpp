@@ -43,7 +43,7 @@ protected:
         if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
         if (const char* prev = std::getenv("DEEPINFER_CUDA_GEMM")) saved_gemm_ = prev, had_gemm_ = true;
         setenv("DEEPINFER_CUDA_GEMM", gemm_.c_str(), 1);
-        cpu_ = create_backend("cpu", 2);
+        cpu_ = create_backend("cpu", 0);  // every core: the references are most of these tests' time
         gpu_ = create_backend("cuda", 2);
         const unsigned seed = std::random_device{}();
         std::printf("seed %u\n", seed);

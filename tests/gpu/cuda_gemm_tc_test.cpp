@@ -38,6 +38,12 @@ protected:
     void check(int format, int64_t t, int64_t n, int64_t k, int64_t groups = 1, bool same_inputs = true) {
         HostWeight hw = make_weight(rng_, format, n, k);
         const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+        check(format, hw, dw, t, groups, same_inputs);
+    }
+    // The same for a weight made once (hw on the host, dw its device copy) and used at several row counts.
+    void check(int format, const HostWeight& hw, const LinearWeight& dw, int64_t t, int64_t groups = 1,
+               bool same_inputs = true) {
+        const int64_t n = hw.w.rows, k = hw.w.cols;
         std::vector<float> xv = randn(t * groups * k);
         auto product = [&](Backend& b, Tensor& out, TensorView x, const LinearWeight& w) {
             if (groups == 1) b.linear(out, x, w);
@@ -173,9 +179,11 @@ TEST_F(CudaGemmTc, GemvTensorCoresEveryKindAndRowCount) {
         int64_t n, k;
     };
     for (int format = 0; format < 7; ++format) {
-        for (int64_t t = 2; t <= 16; ++t) {
-            for (Shape2 s : {Shape2{77, 256}, Shape2{40, 4096}, Shape2{300, 8192}, Shape2{5000, 128}})
-                check(format, t, s.n, s.k, 1, format != 2 || t > 8);  // format 2 up to 8 rows: the fp32 GEMV
+        for (Shape2 s : {Shape2{77, 256}, Shape2{40, 4096}, Shape2{300, 8192}, Shape2{5000, 128}}) {
+            const HostWeight hw = make_weight(rng_, format, s.n, s.k);  // once per shape: most of the time
+            const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+            for (int64_t t = 2; t <= 16; ++t)
+                check(format, hw, dw, t, 1, format != 2 || t > 8);  // format 2 up to 8 rows: the fp32 GEMV
         }
     }
 }

@@ -27,7 +27,7 @@ class CudaSelect : public ::testing::TestWithParam<Case> {};
 TEST_P(CudaSelect, MatchesTheCpuBitwise) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     const Case c = GetParam();
-    auto cpu = create_backend("cpu", 2);
+    auto cpu = create_backend("cpu", 0);
     auto gpu = create_backend("cuda", 2);
     const unsigned seed = std::random_device{}();
     std::printf("seed %u\n", seed);
@@ -75,7 +75,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaSelect,
 // or an all-masked row), over vocabularies from 1 to DeepSeek-V4's 129,280.
 TEST(CudaArgmax, MatchesTheCpu) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    auto cpu = create_backend("cpu", 2);
+    auto cpu = create_backend("cpu", 0);
     auto gpu = create_backend("cuda", 2);
     const unsigned seed = std::random_device{}();
     std::printf("seed %u\n", seed);
