@@ -32,14 +32,7 @@ constexpr int kKeyTile = 32;     // keys per staged tile: 4 per warp in the prod
 constexpr int kMaxSplits = 8;    // portable cluster size
 constexpr int kMaxHeadDim = 1024;
 
-int sm_count() {
-    int dev = 0, n = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-}
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
     acc = fmaf(a.x, b.x, acc);
@@ -387,7 +380,7 @@ void launch_sparse_attention(float* out, const float* q, const float* keys, cons
                              float scale, bool batch_invariant, cudaStream_t stream) {
     DI_ICHECK(d <= kMaxHeadDim, "head_dim ", d, " is too large for the CUDA attention kernel");
     if (rows * heads * d == 0) return;
-    const int64_t sms = sm_count(), target = 2 * sms;
+    const int64_t sms = device_sm_count(), target = 2 * sms;
     // Eight heads share each staged key (half the key traffic of four) unless even the largest split leaves
     // SMs idle (decode of one row): then four, which doubles the blocks.
     const int hg = heads > 4 && rows * ceil_div(heads, 8) * kMaxSplits >= sms ? 8 : 4;
@@ -417,7 +410,7 @@ void launch_indexer_scores(float* scores, const float* q, const float* keys, con
                            int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream,
                            const int32_t* key_begin, const int32_t* key_count) {
     if (rows * entries == 0) return;
-    const int64_t sms = sm_count();
+    const int64_t sms = device_sm_count();
     const int ld = static_cast<int>(ceil_div(c, 4) * 4), head_blocks = static_cast<int>(ceil_div(heads, 8));
     // Tiles of 24 entries (each staged query float4 serves 6 of them per lane; 8 would need more than the 128
     // registers of 2 blocks per SM) once the (row, tile) pairs fill the SMs; else tiles of 8, so that a single
