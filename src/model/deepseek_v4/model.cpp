@@ -471,7 +471,8 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     const TensorView key_list = arrays.view(indices_h);
     if (!csa.empty()) {
         // The indexer scores each sequence's entries for its queries and fills their CSA slots with the top ones:
-        // one call each for a single sequence, else one call each over every row of the step.
+        // one call each over every row of the step, or for a single sequence the calls whose kernels stage each
+        // key tile once for many rows (prefill).
         Tensor index_keys = alloc(Shape{static_cast<int64_t>(index_key_rows.size()), c.index_head_dim});
         be.gather_rows(index_keys, arrays.view(index_rows_h));
         const TensorView starts = arrays.view(starts_h), limits = arrays.view(limits_h);
