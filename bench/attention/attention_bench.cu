@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "common/event_timing.cuh"
 
 namespace deepinfer::cuda {
 namespace baseline {
@@ -121,27 +122,13 @@ T* to_device(const std::vector<T>& v) {
 
 // Mean us per call over `iters` calls after 3 warm-up calls; iters shrinks so slow kernels take ~0.5 s.
 double time_us(const std::function<void()>& call, int iters) {
-    cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
     for (int i = 0; i < 3; ++i) call();
-    CHECK(cudaEventRecord(start));
-    call();
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    float once = 0;
-    CHECK(cudaEventElapsedTime(&once, start, stop));
-    iters = std::max(1, std::min(iters, static_cast<int>(500.0f / std::max(once, 1e-3f))));
-    CHECK(cudaEventRecord(start));
-    for (int i = 0; i < iters; ++i) call();
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
+    auto each = [&](int) { call(); };
+    const double once = deepinfer::bench::mean_call_us(1, each);
+    iters = std::max(1, std::min(iters, static_cast<int>(500e3 / std::max(once, 1.0))));
+    const double us = deepinfer::bench::mean_call_us(iters, each);
     CHECK(cudaGetLastError());
-    CHECK(cudaEventDestroy(start));
-    CHECK(cudaEventDestroy(stop));
-    return 1000.0 * ms / iters;
+    return us;
 }
 
 double max_rel_diff(const float* a_dev, const float* b_dev, int64_t n) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "common/event_timing.cuh"
 
 namespace {
 
@@ -113,24 +114,12 @@ void dequantize(float*, const float*, int64_t, const WeightDesc& d) {
 
 // Mean us per call over about `ms` milliseconds (at least 3 calls), after one warm-up call.
 double time_us(Launch f, const std::vector<Weight>& ws, float* out, const float* x, int64_t rows, double ms) {
-    cudaEvent_t a, b;
-    CHECK(cudaEventCreate(&a));
-    CHECK(cudaEventCreate(&b));
     auto run = [&](int iters) {
-        CHECK(cudaEventRecord(a));
-        for (int i = 0; i < iters; ++i) f(out, x, rows, ws[i % ws.size()].d);
-        CHECK(cudaEventRecord(b));
-        CHECK(cudaEventSynchronize(b));
-        float t = 0;
-        CHECK(cudaEventElapsedTime(&t, a, b));
-        return 1000.0 * t / iters;
+        return deepinfer::bench::mean_call_us(iters, [&](int i) { f(out, x, rows, ws[i % ws.size()].d); });
     };
     const double first = run(1);
     const int iters = static_cast<int>(std::clamp(ms * 1000.0 / first, 3.0, 2000.0));
-    const double us = run(iters);
-    CHECK(cudaEventDestroy(a));
-    CHECK(cudaEventDestroy(b));
-    return us;
+    return run(iters);
 }
 
 // max |a - b| / max |b| over the first rows of two [rows, n] outputs (at most 2^28 values: the head at 16384

@@ -21,6 +21,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weight_chunks.cuh"
+#include "common/event_timing.cuh"
 
 namespace deepinfer::cuda {
 namespace baseline {
@@ -422,19 +423,9 @@ void run_case(const Case& c, const WeightDesc& d, float* out, const float* x, in
 template <typename Launch>
 double time_us(const Case& c, const std::vector<Matrix>& copies, float* out, const float* x, int rows, int iters,
                Launch launch) {
-    for (int i = 0; i < 10; ++i) run_case(c, copies[i % copies.size()].d, out, x, rows, launch);
-    cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
-    CHECK(cudaEventRecord(start));
-    for (int i = 0; i < iters; ++i) run_case(c, copies[i % copies.size()].d, out, x, rows, launch);
-    CHECK(cudaEventRecord(stop));
-    CHECK(cudaEventSynchronize(stop));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start, stop));
-    CHECK(cudaEventDestroy(start));
-    CHECK(cudaEventDestroy(stop));
-    return 1000.0 * ms / iters;
+    auto call = [&](int i) { run_case(c, copies[i % copies.size()].d, out, x, rows, launch); };
+    for (int i = 0; i < 10; ++i) call(i);
+    return deepinfer::bench::mean_call_us(iters, call);
 }
 
 std::vector<float> download(const float* p, int64_t n) {
@@ -495,18 +486,7 @@ void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, dou
         };
         auto time_calls = [&](auto launch, float* out, int count) {
             for (int i = 0; i < kRoutings; ++i) launch(desc(out, i % kRoutings));
-            cudaEvent_t start, stop;
-            CHECK(cudaEventCreate(&start));
-            CHECK(cudaEventCreate(&stop));
-            CHECK(cudaEventRecord(start));
-            for (int i = 0; i < count; ++i) launch(desc(out, i % kRoutings));
-            CHECK(cudaEventRecord(stop));
-            CHECK(cudaEventSynchronize(stop));
-            float ms = 0;
-            CHECK(cudaEventElapsedTime(&ms, start, stop));
-            CHECK(cudaEventDestroy(start));
-            CHECK(cudaEventDestroy(stop));
-            return 1000.0 * ms / count;
+            return deepinfer::bench::mean_call_us(count, [&](int i) { launch(desc(out, i % kRoutings)); });
         };
         auto fp32_kernel = [&](const ExpertLinearDesc& d) { launch_expert_linear(d, table[0], fast, false, nullptr); };
         auto tc_kernel = [&](const ExpertLinearDesc& d) { launch_expert_linear(d, table[0], fast, true, nullptr); };

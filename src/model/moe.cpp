@@ -81,7 +81,6 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
 
     // Routed experts: their outputs land in the rows' slots of `routed` [T * K, D].
     Tensor routed = be.alloc(DType::kF32, Shape{T * K, D});
-    StepArrays arrays(be);
     if (host || (!be.batch_invariant() && T * K <= kMoeDeviceSlots)) {
         // Slot (t, k) reads token row t; no host synchronisation.
         const TensorView slots = expert.view().reshape(Shape{T * K});
@@ -112,6 +111,7 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
             }
             widest = std::max(widest, static_cast<int64_t>(slots_of[e].size()));
         }
+        StepArrays arrays(be);
         const StepArrays::Handle in_h = arrays.stage_rows(in_rows), out_h = arrays.stage_rows(out_rows);
         arrays.upload_staged();
         Tensor xs = be.alloc(DType::kF32, Shape{T * K, D});                 // [slots by expert, D]

@@ -4,26 +4,6 @@
 
 namespace deepinfer {
 
-TensorView StepArrays::copy(const void* data, DType dtype, int64_t n) {
-    keep_.push_back(backend_.alloc(dtype, Shape{std::max<int64_t>(n, 1)}));
-    TensorView v(keep_.back().view().data(), dtype, Shape{n});
-    if (n) backend_.upload(v, data);
-    return v;
-}
-
-TensorView StepArrays::i32(std::span<const int32_t> values) {
-    return copy(values.data(), DType::kI32, static_cast<int64_t>(values.size()));
-}
-
-TensorView StepArrays::f32(std::span<const float> values) {
-    return copy(values.data(), DType::kF32, static_cast<int64_t>(values.size()));
-}
-
-TensorView StepArrays::rows(std::span<float* const> addresses) {
-    static_assert(sizeof(float*) == 8, "row addresses are stored as I64");
-    return copy(addresses.data(), DType::kI64, static_cast<int64_t>(addresses.size()));
-}
-
 StepArrays::Handle StepArrays::stage(const void* data, DType dtype, int64_t n) {
     DI_ICHECK(!staged_base_, "StepArrays: staging after upload_staged()");
     const size_t offset = (staged_.size() + 15) / 16 * 16, bytes = static_cast<size_t>(n) * (dtype_bits(dtype) / 8);
@@ -44,8 +24,8 @@ void StepArrays::upload_staged() {
     DI_ICHECK(!staged_base_, "StepArrays: upload_staged() twice");
     const int64_t words = static_cast<int64_t>((staged_.size() + 3) / 4);
     staged_.resize(static_cast<size_t>(words) * 4);
-    keep_.push_back(backend_.alloc(DType::kI32, Shape{std::max<int64_t>(words, 4)}));
-    staged_base_ = static_cast<uint8_t*>(keep_.back().view().data());
+    block_ = backend_.alloc(DType::kI32, Shape{std::max<int64_t>(words, 4)});
+    staged_base_ = static_cast<uint8_t*>(block_.view().data());
     if (words) backend_.upload(TensorView(staged_base_, DType::kI32, Shape{words}), staged_.data());
 }
 

@@ -11,37 +11,31 @@
 
 namespace deepinfer {
 
+// Arrays are staged on the host and copied in one transfer (each upload is a copy of its own on a device, a
+// few microseconds): stage_*() keeps a host copy and returns a handle; upload_staged() copies everything staged
+// so far; view() then gives an array in backend memory, alive as long as this object.
 class StepArrays {
 public:
     explicit StepArrays(Backend& backend) : backend_(backend) {}
 
-    // One upload each, usable at once.
-    TensorView i32(std::span<const int32_t> values);
-    TensorView f32(std::span<const float> values);
-    // Device addresses of rows (for gather_rows / scatter_rows).
-    TensorView rows(std::span<float* const> addresses);
-
-    // Staged arrays: stage() keeps a host copy and returns a handle; upload_staged() copies everything staged
-    // so far in one transfer (each upload is a copy of its own on a device, a few microseconds), after which
-    // view() gives the array in backend memory.
     struct Handle {
         size_t offset = 0;  // bytes into the staged block
         DType dtype = DType::kI32;
         int64_t n = 0;
     };
     Handle stage_i32(std::span<const int32_t> values);
+    // Device addresses of rows (for gather_rows / scatter_rows).
     Handle stage_rows(std::span<float* const> addresses);
     void upload_staged();
     TensorView view(const Handle& h) const;
 
 private:
-    TensorView copy(const void* data, DType dtype, int64_t n);
     Handle stage(const void* data, DType dtype, int64_t n);
 
     Backend& backend_;
-    std::vector<Tensor> keep_;
-    std::vector<uint8_t> staged_;  // host bytes of the staged arrays, each at a 16-byte boundary
-    uint8_t* staged_base_ = nullptr;  // their copy in backend memory (after upload_staged)
+    Tensor block_;                    // the staged arrays in backend memory (after upload_staged)
+    std::vector<uint8_t> staged_;     // their host bytes, each array at a 16-byte boundary
+    uint8_t* staged_base_ = nullptr;  // block_'s data
 };
 
 // A device tensor's values on the host (a copy; the tensor itself on host backends).

@@ -29,7 +29,7 @@ constexpr int kKeyTile = 32;     // keys per staged tile: 4 per warp in the prod
 constexpr int kMaxSplits = 8;    // portable cluster size
 constexpr int kMaxHeadDim = 1024;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 
 __device__ __forceinline__ float dot4(float4 a, float4 b, float acc) {
     acc = fmaf(a.x, b.x, acc);

@@ -77,7 +77,6 @@ constexpr int kPld = kTileKeys + 8;        // bf16 row stride of P (144 bytes: l
 constexpr int kMaxSplits = 8;              // portable cluster size
 constexpr int kMaxHeadDim = 512;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct TcAttnParams {
     float* out;                  // [T, H, d] f32

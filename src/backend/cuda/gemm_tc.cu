@@ -14,6 +14,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/launch.cuh"
 
 namespace deepinfer::cuda {
 
@@ -287,15 +288,6 @@ void launch_tiles(const TcParams& p, int kind, dim3 grid, cudaStream_t stream) {
     }
 }
 
-int sm_count() {
-    static int count = [] {
-        int dev = 0, n = 0;
-        DI_CUDA_CHECK(cudaGetDevice(&dev));
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-        return n;
-    }();
-    return count;
-}
 
 }  // namespace
 
@@ -321,7 +313,7 @@ void launch_gemm_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_
 
     // The largest tile that still gives every SM a block; smaller problems take 64x64 tiles and, when allowed,
     // split K so that about two blocks run per SM (partials summed in split order: deterministic).
-    const int sms = sm_count();
+    const int sms = device_sm_count();
     auto tiles = [&](int bm, int bn) { return ((rows + bm - 1) / bm) * ((n_out + bn - 1) / bn); };
     int bm = 64, bn = 64;
     if (tiles(128, 128) >= sms) bm = 128, bn = 128;

@@ -218,14 +218,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
     }
 }
 
-int sm_count() {
-    int dev = 0, n = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-}
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t slice_chunks(int64_t chunks, int cs) { return ceil_div(ceil_div(chunks, cs), 8) * 8; }
 
 template <int K, int ROWS>
@@ -274,7 +267,7 @@ namespace {
 void launch_segments(const GemvJob* jobs, int n, int64_t rows, cudaStream_t stream) {
     const WeightDesc& w0 = jobs[0].w;
     const int kind = kind_of(w0), e = elems_of(kind);
-    const int64_t chunks = w0.cols / e, target = static_cast<int64_t>(sm_count()) * kBlocksPerSm;
+    const int64_t chunks = w0.cols / e, target = static_cast<int64_t>(device_sm_count()) * kBlocksPerSm;
     GemvParams p{};
     p.segments = n;
     p.cols = w0.cols;

@@ -203,17 +203,7 @@ __global__ void __launch_bounds__(kThreads, 3) gemv_tc_kernel(const __grid_const
     }
 }
 
-int sm_count() {
-    static const int count = [] {
-        int dev = 0, n = 0;
-        DI_CUDA_CHECK(cudaGetDevice(&dev));
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-        return n;
-    }();
-    return count;
-}
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <int K>
 void launch(const GemvTcParams& p, int cs, int slots, cudaStream_t stream) {
@@ -245,7 +235,7 @@ void launch_gemv_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_
     if (n_out == 0) return;
     const int kind = kind_of(w), e = elems_of(kind), kb = 4 * e;
     const int64_t blocks = w.cols / kb, tiles = ceil_div(n_out, kTile);
-    const int64_t target = static_cast<int64_t>(sm_count()) * 3;  // ~3 blocks per SM (registers)
+    const int64_t target = static_cast<int64_t>(device_sm_count()) * 3;  // ~3 blocks per SM (registers)
     // Split K: until the slice fits the staged activations, then while the blocks stay within one wave and
     // each warp keeps at least 4 k blocks.
     int cs = 1;

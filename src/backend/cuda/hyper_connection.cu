@@ -178,55 +178,38 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
 }
 
-// From a token's mix logits [(2 + n) * n]: pre and post weights [n] and the Sinkhorn-normalised comb [n, n].
-// N > 0: n == N, comb kept in registers; N == 0: any n, comb worked on in place in global memory.
-template <int N>
+// From a token's mix logits [(2 + n) * n]: pre and post weights [n] and the Sinkhorn-normalised comb [n, n],
+// worked on in place in global memory, one thread per token (any n; n = 4 takes finish_n4 below).
 __device__ __forceinline__ void mix_coefficients(float* __restrict__ pr, float* __restrict__ po,
-                                                 float* __restrict__ comb, const float* mix, const HcDesc& p) {
-    const int n = N > 0 ? N : p.n;
-    float regs[N > 0 ? N * N : 1];
-    float* c = N > 0 ? regs : comb;
-#pragma unroll
+                                                 float* __restrict__ c, const float* mix, const HcDesc& p) {
+    const int n = p.n;
     for (int j = 0; j < n; ++j) {
         pr[j] = sigmoid(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
         po[j] = 2.0f * sigmoid(mix[n + j] * p.scale[1] + p.base[n + j]);
     }
-#pragma unroll
     for (int i = 0; i < n; ++i) {
         float m = -INFINITY;
-#pragma unroll
         for (int k = 0; k < n; ++k) {
             c[i * n + k] = mix[2 * n + i * n + k] * p.scale[2] + p.base[2 * n + i * n + k];
             m = fmaxf(m, c[i * n + k]);
         }
         float sum = 0;
-#pragma unroll
         for (int k = 0; k < n; ++k) sum += (c[i * n + k] = expf(c[i * n + k] - m));
-#pragma unroll
         for (int k = 0; k < n; ++k) c[i * n + k] = c[i * n + k] / sum + p.hc_eps;
     }
     for (int it = 0; it < p.sinkhorn_iters; ++it) {
         if (it > 0)  // rows, then columns; the first sweep normalises columns only
-#pragma unroll
             for (int i = 0; i < n; ++i) {
                 float sum = 0;
-#pragma unroll
                 for (int k = 0; k < n; ++k) sum += c[i * n + k];
-#pragma unroll
                 for (int k = 0; k < n; ++k) c[i * n + k] /= sum + p.hc_eps;
             }
-#pragma unroll
         for (int k = 0; k < n; ++k) {
             float sum = 0;
-#pragma unroll
             for (int i = 0; i < n; ++i) sum += c[i * n + k];
-#pragma unroll
             for (int i = 0; i < n; ++i) c[i * n + k] /= sum + p.hc_eps;
         }
     }
-    if (N > 0)
-#pragma unroll
-        for (int i = 0; i < n * n; ++i) comb[i] = c[i];
 }
 
 // n = 4: 16 threads per token, one per comb element, so the 20 Sinkhorn sweeps (2 * 16 divisions each) run in
@@ -270,8 +253,9 @@ __device__ __forceinline__ void finish_n4(float* __restrict__ pre, float* __rest
     if (live) comb[t * n * n + e] = c;
 }
 
-// Per token: add the chunk partials in chunk order (threads over (token, virtual row)), then one thread per
-// token scales by rsqrt(mean square + eps) and makes the coefficients: pre/post/comb, or the head's pre only.
+// Per token: add the chunk partials in chunk order (threads over (token, virtual row)), then scale by
+// rsqrt(mean square + eps) and make the coefficients: pre/post/comb (16 threads a token for n = 4, else one), or
+// the head's pre only.
 // part: [T, chunks, M + 1] f32 with M = (2 + n) * n, or n for the head.
 template <int N, bool kHead>
 __global__ void __launch_bounds__(128)
@@ -292,17 +276,17 @@ __global__ void __launch_bounds__(128)
     __syncthreads();
     if constexpr (N == 4 && !kHead) {
         finish_n4(pre, post, comb, raw, t0, nt, stride, width, p);
-        return;
-    }
-    if (static_cast<int>(threadIdx.x) >= nt) return;
-    const int64_t t = t0 + threadIdx.x;
-    float* mix = raw + threadIdx.x * stride;
-    const float inv = 1.0f / sqrtf(mix[rows] / static_cast<float>(width) + p.norm_eps);
-    for (int j = 0; j < rows; ++j) mix[j] *= inv;
-    if (kHead) {
-        for (int j = 0; j < n; ++j) pre[t * n + j] = sigmoid(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
     } else {
-        mix_coefficients<N>(pre + t * n, post + t * n, comb + t * n * n, mix, p);
+        if (static_cast<int>(threadIdx.x) >= nt) return;
+        const int64_t t = t0 + threadIdx.x;
+        float* mix = raw + threadIdx.x * stride;
+        const float inv = 1.0f / sqrtf(mix[rows] / static_cast<float>(width) + p.norm_eps);
+        for (int j = 0; j < rows; ++j) mix[j] *= inv;
+        if (kHead) {
+            for (int j = 0; j < n; ++j) pre[t * n + j] = sigmoid(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
+        } else {
+            mix_coefficients(pre + t * n, post + t * n, comb + t * n * n, mix, p);
+        }
     }
 }
 

@@ -8,11 +8,20 @@
 
 namespace deepinfer::cuda {
 
-// The current device's SM count.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The current device's SM count, asked of the driver once per device (launchers size their grids by it on
+// every call).
 inline int device_sm_count() {
-    int dev = 0, n = 0;
+    static std::atomic<int> counts[64] = {};
+    int dev = 0;
     DI_CUDA_CHECK(cudaGetDevice(&dev));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    std::atomic<int>& cached = counts[dev % 64];
+    int n = cached.load(std::memory_order_relaxed);
+    if (n == 0) {
+        DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        cached.store(n, std::memory_order_relaxed);
+    }
     return n;
 }
 

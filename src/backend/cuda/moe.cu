@@ -10,6 +10,7 @@
 #include "backend/cuda/bf16_mma.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
 
@@ -735,14 +736,7 @@ __global__ void __launch_bounds__(kThreads, 2) expert_tc_kernel(const __grid_con
     }
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-int sm_count() {
-    int dev = 0, n = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-    return n;
-}
 
 template <int K, int P>
 void launch_products(const ExpertParams& p, int64_t tiles, size_t smem, cudaStream_t stream) {
@@ -829,7 +823,7 @@ void launch_expert_tc(const ExpertLinearDesc& d, const WeightDesc& first, cudaSt
     // Tile: one sub-tile of 32 features, doubled up to 256 while the grid keeps 6 blocks per SM (a small batch's
     // few items then still spread over the card, a large batch's stage each row for fewer tiles).
     const int64_t items = P == 1 ? d.rows : std::min<int64_t>(d.rows, d.num_experts);  // roughly
-    const int64_t min_blocks = 6 * static_cast<int64_t>(sm_count());
+    const int64_t min_blocks = 6 * static_cast<int64_t>(device_sm_count());
     int tile = kTcSub;
     while (tile < kTcMaxTile && items * ceil_div(d.n, 2 * tile) >= min_blocks) tile *= 2;
     p.subtiles = tile / kTcSub;
@@ -915,7 +909,7 @@ void launch_expert_linear(const ExpertLinearDesc& d, const WeightDesc& first, bo
     // (the blocks of a small batch, few and short, then spread evenly); the slices' partial sums must fit.
     const int unit = p.feature_warps * kNF;
     const int64_t items = P == 1 ? d.rows : std::min<int64_t>(d.rows, d.num_experts);  // roughly
-    const int64_t min_blocks = 8 * static_cast<int64_t>(sm_count());
+    const int64_t min_blocks = 8 * static_cast<int64_t>(device_sm_count());
     auto red_bytes = [&](int64_t tile) { return int64_t{p.slices} * tile * P * 4; };
     int tile = std::max(unit, P == 1 ? 32 : 64);
     while (tile > unit && red_bytes(tile) > kRedBytes) tile /= 2;

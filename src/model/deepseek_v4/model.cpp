@@ -145,18 +145,24 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch, bool o
     const int64_t T = rows.total;
     const int64_t R = static_cast<int64_t>(logit_rows.size());
     if (T == 0) return Tensor::f32(Shape{R, c.vocab_size});
-    StepArrays arrays(be);
-    rows.positions_d = arrays.i32(rows.positions);
-    rows.tokens_d = arrays.i32(rows.tokens);
-
-    // Residual streams [T, n, D]: the embedding copied into every stream.
+    // The step's arrays in one upload: positions, tokens, the rows that copy the embedding into every stream
+    // and the rows the head reads (x [T, D] holds the embedding, later the collapsed streams).
     Tensor x = be.alloc(DType::kF32, Shape{T, D});
-    be.embedding(x, weights_.embed, rows.tokens_d.as<int32_t>());
-    Tensor streams = be.alloc(DType::kF32, Shape{T, n, D}), next = be.alloc(DType::kF32, Shape{T, n, D});
-    std::vector<float*> copies(T * n);
+    std::vector<float*> copies(T * n), picked(R);
     for (int64_t r = 0; r < T; ++r)
         for (int64_t j = 0; j < n; ++j) copies[r * n + j] = x.f32() + r * D;
-    be.gather_rows(streams.view().reshape(Shape{T * n, D}), arrays.rows(copies));
+    for (int64_t i = 0; i < R; ++i) picked[i] = x.f32() + logit_rows[i] * D;
+    StepArrays arrays(be);
+    const StepArrays::Handle positions_h = arrays.stage_i32(rows.positions), tokens_h = arrays.stage_i32(rows.tokens);
+    const StepArrays::Handle copies_h = arrays.stage_rows(copies), picked_h = arrays.stage_rows(picked);
+    arrays.upload_staged();
+    rows.positions_d = arrays.view(positions_h);
+    rows.tokens_d = arrays.view(tokens_h);
+
+    // Residual streams [T, n, D]: the embedding copied into every stream.
+    be.embedding(x, weights_.embed, rows.tokens_d.as<int32_t>());
+    Tensor streams = be.alloc(DType::kF32, Shape{T, n, D}), next = be.alloc(DType::kF32, Shape{T, n, D});
+    be.gather_rows(streams.view().reshape(Shape{T * n, D}), arrays.view(copies_h));
 
     Tensor post = be.alloc(DType::kF32, Shape{T, n}), comb = be.alloc(DType::kF32, Shape{T, n, n});
     Tensor xn = be.alloc(DType::kF32, Shape{T, D}), y = be.alloc(DType::kF32, Shape{T, D});
@@ -187,9 +193,7 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch, bool o
     // Head: collapse the streams, norm, project the requested rows.
     be.hc_head(x, streams, hc(weights_.hc_head));
     Tensor selected = be.alloc(DType::kF32, Shape{R, D});
-    std::vector<float*> picked(R);
-    for (int64_t i = 0; i < R; ++i) picked[i] = x.f32() + logit_rows[i] * D;
-    be.gather_rows(selected, arrays.rows(picked));
+    be.gather_rows(selected, arrays.view(picked_h));
     be.rms_norm(selected, selected, weights_.norm.f32(), c.rms_eps);
     Tensor logits = be.alloc(DType::kF32, Shape{R, c.vocab_size});
     be.linear(logits, selected, weights_.head);
@@ -467,7 +471,8 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     const TensorView key_list = arrays.view(indices_h);
     if (!csa.empty()) {
         // The indexer scores each sequence's entries for its queries and fills their CSA slots with the top ones:
-        // one call each for a single sequence, else one call each over every row of the step.
+        // one call each over every row of the step, or for a single sequence the calls whose kernels stage each
+        // key tile once for many rows (prefill).
         Tensor index_keys = alloc(Shape{static_cast<int64_t>(index_key_rows.size()), c.index_head_dim});
         be.gather_rows(index_keys, arrays.view(index_rows_h));
         const TensorView starts = arrays.view(starts_h), limits = arrays.view(limits_h);
