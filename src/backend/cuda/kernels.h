@@ -183,6 +183,9 @@ struct ExpertLinearDesc {
     int64_t rows, n, k;
     int num_experts, rows_per_input;
 };
+// Rows (slots) up to which the default mode keeps the routed experts on the fp32 kernel (see tc_experts() in
+// the backend); its one-row items need no grouping launch.
+constexpr int64_t kExpertTcMinRows = 64;
 // True when every weight can be streamed in whole 16-byte chunks (see gemv_applies(), without the limit on K).
 bool expert_linear_streams(const WeightDesc* host_table, int64_t num_experts);
 void launch_expert_linear(const ExpertLinearDesc& p, const WeightDesc& first, bool fast, bool tensor_cores,
