@@ -72,9 +72,9 @@ if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     grep -h "ERROR SUMMARY" "$out/memcheck.log" | sed 's/^/      /'
     # The newer kernels (selection, attention, GEMMs and GEMVs, cuBLAS, MoE, mHC) under memcheck and synccheck;
     # racecheck (slow) on their smaller shapes.
-    newer='*CudaSelect*:CudaArgmax*:*CudaAttention*:CudaIndexer*:CudaGemm*:CudaLinears*:CudaMoe*:'
+    newer='*CudaSelect*:CudaArgmax*:CudaSampling*:*CudaAttention*:CudaIndexer*:CudaGemm*:CudaLinears*:CudaMoe*:'
     newer+='CudaOps.HyperConnections*'
-    small='*CudaSelect*:CudaArgmax*:*CudaAttention.SparseAttentionDecodeShapes/*:CudaIndexer.ScoresShapes:'
+    small='*CudaSelect*:CudaArgmax*:CudaSampling.RowsAreIndependentAndRepeatable:*CudaAttention.SparseAttentionDecodeShapes/*:CudaIndexer.ScoresShapes:'
     small+='CudaGemmTc.GroupedLinear:CudaGemmTc.GemvTensorCoresGrouped:CudaLinears*:CudaMoe.RouteMatchesCpu:'
     small+='CudaMoe*.ExpertLinearExtremeFp4Scales'
     for tool in memcheck racecheck synccheck; do
@@ -104,14 +104,19 @@ for micro in gemv_bench attention_bench "gemm_bench --no-tiled"; do
     path="$(dirname "$bin_deepinfer")/${micro%% *}"
     [ -x "$path" ] && step "${micro%% *}" "$path" ${micro#"${micro%% *}"}
 done
-# Greedy generation through the engine (paged state, async scheduling) gives the same ids on both devices
-# (on the fp32 GEMM: bf16 tensor cores need not keep every greedy id).
-generate() {  # device
+# Generation through the engine (paged state, async scheduling) gives the same ids on both devices, greedy and
+# sampled with a seed (sampling on the device: the host sampler's rules and Philox draws), on the fp32 GEMM
+# (bf16 tensor cores need not keep every id).
+generate() {  # device, name, sampling options...
+    local device="$1" name="$2"; shift 2
     "$bin_deepinfer" generate --model tests/data/v4/v4_tiny_c --ids-npy tests/data/v4/v4_tiny_c/ids.npy \
-        --max-tokens 48 --temperature 0 --ignore-eos --quiet --device "$1" --out "$out/generate_$1.npy"
+        --max-tokens 48 --ignore-eos --quiet --device "$device" --out "$out/${name}_$device.npy" "$@"
 }
-step generate_cuda bash -c "$(declare -f generate); out=$out bin_deepinfer=$bin_deepinfer; generate cpu && \
-    DEEPINFER_CUDA_GEMM=tiled generate cuda && cmp $out/generate_cpu.npy $out/generate_cuda.npy"
+sampled=(--temperature 0.8 --top-p 0.9 --top-k 50 --seed 7)
+step generate_cuda bash -c "$(declare -f generate); out=$out bin_deepinfer=$bin_deepinfer; \
+    generate cpu greedy --temperature 0 && DEEPINFER_CUDA_GEMM=tiled generate cuda greedy --temperature 0 && \
+    cmp $out/greedy_cpu.npy $out/greedy_cuda.npy && generate cpu sampled ${sampled[*]} && \
+    DEEPINFER_CUDA_GEMM=tiled generate cuda sampled ${sampled[*]} && cmp $out/sampled_cpu.npy $out/sampled_cuda.npy"
 
 if [ $bench = 1 ]; then
     bw=4300 tf=790

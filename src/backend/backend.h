@@ -152,6 +152,20 @@ public:
     // index on ties, NaN entries ignored; -1 when the row's first logit is NaN or no logit exceeds -inf (the
     // host sampler's error cases). ids: [R] I32.
     virtual void argmax_rows(TensorView ids, TensorView logits) = 0;
+    // Sampling: ids[r] = the token sample_token() (src/sample/sampler.h) picks from row r of logits [R, V] with
+    // rows[r]'s options and token index: temperature, min_p, top_k, top_p, then a Philox draw keyed by
+    // (seed, token_index). Device backends compute exp() and the sums with their own rounding, so a draw that
+    // falls within rounding of a boundary between two tokens may pick the other one. -1 where the row cannot
+    // be decided (as argmax_rows: its first logit NaN, or no logit above -inf); the host sampler reports those.
+    struct SampleRow {
+        float temperature = 0.0f;  // 0: greedy (argmax_rows' token)
+        int32_t top_k = 0;         // 0: every token
+        float top_p = 1.0f;
+        float min_p = 0.0f;
+        uint64_t seed = 0;
+        uint64_t token_index = 0;
+    };
+    virtual void sample_rows(TensorView ids, TensorView logits, const std::vector<SampleRow>& rows) = 0;
     // out [R, I] = silu(min(gate, limit)) * clamp(up, -limit, limit); limit <= 0 disables the clamp.
     virtual void swiglu(TensorView out, TensorView gate, TensorView up, float limit) = 0;
     // Row movement through device addresses (`rows`: [R] I64, each the address of a row of C floats in this

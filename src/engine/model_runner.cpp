@@ -30,9 +30,9 @@ void ModelRunner::execute(StepBatch& batch) {
         }
         const int64_t vocab = model_.info().vocab_size;
         if (!sampling.empty() && std::all_of(sampling.begin(), sampling.end(), [&](size_t i) {
-                return plain_greedy(*batch.items[i].sampler);
+                return selects_on_backend(*batch.items[i].sampler);
             })) {
-            select_greedy_on_backend(inputs, sampling, batch);
+            select_on_backend(inputs, sampling, batch);
             batch.compute_end = now();
             return;
         }
@@ -50,19 +50,29 @@ void ModelRunner::execute(StepBatch& batch) {
     batch.compute_end = now();
 }
 
-bool ModelRunner::plain_greedy(const SamplerState& s) {
-    return s.options.temperature == 0.0f && !s.penalties.active() && s.num_sampled >= s.min_tokens && !s.matcher &&
-           s.logprobs < 0;
+bool ModelRunner::selects_on_backend(const SamplerState& s) {
+    return !s.penalties.active() && s.num_sampled >= s.min_tokens && !s.matcher && s.logprobs < 0;
 }
 
-// Every sampling row is plain greedy: the argmax runs where the logits are and only [R] ids come back. A row
-// the device cannot decide (-1: NaN or fully masked logits) takes the host path, which reports the error.
-void ModelRunner::select_greedy_on_backend(std::span<const SequenceInput> inputs, const std::vector<size_t>& sampling,
-                                           StepBatch& batch) {
+// Every sampling row needs only its options: greedy rows take the argmax, the others sample_rows() (the same
+// rules and Philox draws as the host sampler), where the logits are; only [R] ids come back. A row the backend
+// cannot decide (-1: NaN or fully masked logits) takes the host path, which reports the error.
+void ModelRunner::select_on_backend(std::span<const SequenceInput> inputs, const std::vector<size_t>& sampling,
+                                    StepBatch& batch) {
     Tensor logits = model_.forward_on_backend(inputs);  // [sampling rows, vocab] f32, backend memory
     const auto rows = static_cast<int64_t>(sampling.size());
+    std::vector<Backend::SampleRow> options;
+    options.reserve(sampling.size());
+    for (size_t i : sampling) {
+        const SamplerState& s = *batch.items[i].sampler;
+        options.push_back({s.options.temperature, s.options.top_k, s.options.top_p, s.options.min_p, s.options.seed,
+                           static_cast<uint64_t>(s.num_sampled)});
+    }
     Tensor ids_d = backend_.alloc(DType::kI32, Shape{rows});
-    backend_.argmax_rows(ids_d, logits);
+    if (std::all_of(options.begin(), options.end(), [](const Backend::SampleRow& o) { return o.temperature == 0; }))
+        backend_.argmax_rows(ids_d, logits);
+    else
+        backend_.sample_rows(ids_d, logits, options);
     std::vector<int32_t> ids(static_cast<size_t>(rows));
     backend_.download(ids.data(), ids_d);
     const int64_t vocab = model_.info().vocab_size;
@@ -70,7 +80,7 @@ void ModelRunner::select_greedy_on_backend(std::span<const SequenceInput> inputs
         const StepItem& item = batch.items[sampling[r]];
         SampleResult& out = batch.results[sampling[r]];
         if (ids[r] >= vocab) {
-            out.error = "the device's greedy selection returned token " + std::to_string(ids[r]) +
+            out.error = "the device's token selection returned token " + std::to_string(ids[r]) +
                         " outside the vocabulary of " + std::to_string(vocab);
             continue;
         }

@@ -1,6 +1,7 @@
 // The compute side of a step: one forward over every scheduled sequence, then token selection for the
 // sequences that reached the end of their known tokens (penalties, masks, sampler, logprobs). A step whose
-// selections are all plain greedy takes the argmax on the backend and downloads only the ids.
+// selections need nothing but the sampler's options (greedy or temperature, top-k, top-p, min-p) selects on the
+// backend and downloads only the ids.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +25,9 @@ public:
     void execute(StepBatch& batch);
 
 private:
-    // Greedy with nothing that needs the logits on the host (no penalties, grammar, min_tokens mask, logprobs).
-    static bool plain_greedy(const SamplerState& s);
-    void select_greedy_on_backend(std::span<const SequenceInput> inputs, const std::vector<size_t>& sampling,
+    // Nothing that needs the logits on the host: no penalties, grammar, min_tokens mask or logprobs.
+    static bool selects_on_backend(const SamplerState& s);
+    void select_on_backend(std::span<const SequenceInput> inputs, const std::vector<size_t>& sampling,
                                   StepBatch& batch);
     void sample_row(float* row, const StepItem& item, SampleResult& out);
 

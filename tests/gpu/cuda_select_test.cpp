@@ -1,4 +1,4 @@
-// Backend::indexer_select and Backend::argmax_rows on the GPU against the CPU backend: the same entries in the same slots, bitwise
+// Backend::indexer_select on the GPU against the CPU backend: the same entries in the same slots, bitwise
 // (a selection has no rounding). Scores drawn from few values force ties at the threshold; limits cover
 // 0, below k, equal to k and far above it; rows far apart in the destination check `starts`.
 #include <gtest/gtest.h>
@@ -70,37 +70,6 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaSelect,
                          ::testing::Values(Case{1, 1024, 512, 0}, Case{8, 1024, 512, 7}, Case{33, 5000, 512, 0},
                                            Case{3, 70000, 512, 3}, Case{17, 200, 16, 2}, Case{5, 600, 0, 0},
                                            Case{4, 3000, 1024, 1}, Case{2, 9, 4, 0}));
-
-// Backend::argmax_rows: the same ids as the CPU (ties to the lower index, NaN skipped, -1 for a NaN first logit
-// or an all-masked row), over vocabularies from 1 to DeepSeek-V4's 129,280.
-TEST(CudaArgmax, MatchesTheCpu) {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
-    auto cpu = create_backend("cpu", 0);
-    auto gpu = create_backend("cuda", 2);
-    const unsigned seed = std::random_device{}();
-    std::printf("seed %u\n", seed);
-    std::mt19937 rng(seed);
-    const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-    for (const auto& [rows, vocab] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {8, 7}, {33, 8192}, {5, 129280}}) {
-        Tensor logits = Tensor::f32(Shape{rows, vocab});
-        for (int64_t i = 0; i < logits.numel(); ++i) {
-            const unsigned u = rng() % 1000;
-            logits.f32()[i] = u < 5 ? nan : u < 100 ? -inf : static_cast<float>(rng() % 64);  // ties
-        }
-        if (rows > 3) {
-            logits.f32()[2 * vocab] = nan;  // row 2: NaN first
-            std::fill(logits.f32() + 3 * vocab, logits.f32() + 4 * vocab, -inf);  // row 3: all masked
-        }
-        Tensor want(DType::kI32, Shape{rows});
-        cpu->argmax_rows(want, logits);
-        Tensor ids = gpu->alloc(DType::kI32, Shape{rows}), logits_d = to_backend(*gpu, logits);
-        gpu->argmax_rows(ids, logits_d);
-        std::vector<int32_t> got(rows);
-        gpu->download(got.data(), ids);
-        for (int64_t r = 0; r < rows; ++r)
-            EXPECT_EQ(got[r], want.view().as<int32_t>()[r]) << "row " << r << " vocab " << vocab;
-    }
-}
 
 }  // namespace
 }  // namespace deepinfer

@@ -1,10 +1,12 @@
-// Row-wise and element-wise ops: RMSNorm, RoPE, SwiGLU, gated pooling.
+// Row-wise and element-wise ops: RMSNorm, RoPE, SwiGLU, gated pooling, token selection.
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "sample/sampler.h"
 
 namespace deepinfer {
 
@@ -139,6 +141,22 @@ void CpuBackend::argmax_rows(TensorView ids, TensorView logits) {
         const bool ok = !std::isnan(row[0]) && best >= 0 && row[best] > -std::numeric_limits<float>::infinity();
         out[r] = ok ? static_cast<int32_t>(best) : -1;
     }
+}
+
+void CpuBackend::sample_rows(TensorView ids, TensorView logits, const std::vector<SampleRow>& rows) {
+    const int64_t n = logits.dim(0), v = logits.dim(1);
+    DI_ICHECK(ids.numel() == n && static_cast<int64_t>(rows.size()) == n && v > 0, "sample_rows shapes");
+    argmax_rows(ids, logits);  // -1 marks the rows no option can decide
+    int32_t* out = ids.as<int32_t>();
+    pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+            if (out[r] < 0) continue;
+            const SampleRow& o = rows[r];
+            const SamplingOptions opts{o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
+            out[r] = sample_token(std::span<const float>(logits.f32() + r * v, static_cast<size_t>(v)), opts,
+                                  o.token_index);
+        }
+    });
 }
 
 void CpuBackend::moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) {

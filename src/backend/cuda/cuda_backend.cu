@@ -2,8 +2,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -311,6 +313,21 @@ public:
         const auto op = profiler_->scope("argmax_rows");
         DI_ICHECK(ids.numel() == logits.dim(0) && logits.dim(1) > 0, "argmax_rows shapes");
         cuda::launch_argmax_rows(ids.as<int32_t>(), logits.f32(), logits.dim(0), logits.dim(1), stream_);
+    }
+    void sample_rows(TensorView ids, TensorView logits, const std::vector<SampleRow>& rows) override {
+        const int64_t n = logits.dim(0);
+        DI_ICHECK(ids.numel() == n && static_cast<int64_t>(rows.size()) == n && logits.dim(1) > 0, "sample_rows shapes");
+        if (n == 0) return;
+        std::vector<cuda::SampleRowDesc> desc;
+        for (const SampleRow& o : rows)
+            desc.push_back({o.temperature, o.top_p,
+                            o.min_p > 0 ? o.temperature * std::log(o.min_p) : -std::numeric_limits<float>::infinity(),
+                            o.top_k, o.seed, o.token_index});
+        Tensor params = alloc(DType::kU8, Shape{static_cast<int64_t>(desc.size() * sizeof(cuda::SampleRowDesc))});
+        upload(params, desc.data());
+        const auto op = profiler_->scope("sample_rows");
+        cuda::launch_sample_rows(ids.as<int32_t>(), logits.f32(), n, logits.dim(1), params.as<const cuda::SampleRowDesc>(),
+                                 stream_);
     }
     void indexer_select(TensorView dst, TensorView starts, TensorView scores, TensorView limits, int k,
                         int32_t base) override {

@@ -142,8 +142,16 @@ void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
 void launch_moe_combine(float* out, const float* routed, const float* weights, const float* shared, int64_t t,
                         int64_t k, int64_t d, cudaStream_t stream);
 
-// Greedy selection (sampling.cu): see Backend::argmax_rows.
+// Greedy selection and sampling (sampling.cu): see Backend::argmax_rows and Backend::sample_rows.
 void launch_argmax_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab, cudaStream_t stream);
+struct SampleRowDesc {
+    float temperature, top_p;
+    float min_p_offset;  // temperature * log(min_p) in float as the host computes it, -inf without min_p
+    int top_k;
+    uint64_t seed, token_index;
+};
+void launch_sample_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab, const SampleRowDesc* params,
+                        cudaStream_t stream);
 
 // The indexer's top-k (select.cu): see Backend::indexer_select.
 // bases ([rows] I32, optional): row t's picks are bases[t] + entry instead of base + entry.

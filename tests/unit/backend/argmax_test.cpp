@@ -1,7 +1,9 @@
-// Backend::argmax_rows on the CPU backend: the host sampler's greedy choice (lowest index on ties, NaN
-// entries skipped) and -1 exactly where the host sampler reports an error (NaN first logit, all masked).
+// Backend::argmax_rows and sample_rows on the CPU backend: the host sampler's choice (for greedy the lowest index
+// on ties, NaN entries skipped) and -1 exactly where the host sampler reports an error (NaN first logit, all
+// masked).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -57,6 +59,41 @@ TEST(ArgmaxRows, AgreesWithTheHostSampler) {
         }
         EXPECT_EQ(ids[r], host) << "row " << r;
     }
+}
+
+// sample_rows: each row the token sample_token() picks with its options and token index; -1 for the rows it
+// cannot decide.
+TEST(SampleRows, AgreesWithTheHostSampler) {
+    auto be = create_backend("cpu", 2);
+    std::mt19937 rng(4);
+    const int64_t n = 40, v = 500;
+    Tensor logits = Tensor::f32(Shape{n, v});
+    std::vector<Backend::SampleRow> rows(n);
+    for (int64_t r = 0; r < n; ++r) {
+        for (int64_t i = 0; i < v; ++i) {
+            const unsigned u = rng() % 100;
+            logits.f32()[r * v + i] = i > 0 && u < 2 ? kNaN : u < 10 ? -kInf : static_cast<float>(rng() % 1000) / 100;
+        }
+        rows[r] = {static_cast<float>(r % 4) * 0.5f, static_cast<int32_t>(r % 3 == 0 ? 0 : 20), r % 2 ? 0.8f : 1.0f,
+                   r % 5 == 0 ? 0.2f : 0.0f, static_cast<uint64_t>(r) * 7919, static_cast<uint64_t>(r % 9)};
+    }
+    logits.f32()[5 * v] = kNaN;
+    std::fill(logits.f32() + 6 * v, logits.f32() + 7 * v, -kInf);
+    Tensor ids(DType::kI32, Shape{n});
+    be->sample_rows(ids, logits, rows);
+    for (int64_t r = 0; r < n; ++r) {
+        int32_t host = -1;
+        try {
+            const Backend::SampleRow& o = rows[r];
+            host = sample_token(std::span<const float>(logits.f32() + r * v, v),
+                                SamplingOptions{o.temperature, o.top_k, o.top_p, o.min_p, o.seed}, o.token_index);
+        } catch (const std::exception&) {
+            host = -1;
+        }
+        EXPECT_EQ(ids.view().as<int32_t>()[r], host) << "row " << r;
+    }
+    EXPECT_EQ(ids.view().as<int32_t>()[5], -1);
+    EXPECT_EQ(ids.view().as<int32_t>()[6], -1);
 }
 
 }  // namespace
