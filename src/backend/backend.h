@@ -193,9 +193,24 @@ public:
     // An id outside [0, experts.size()) is an error (CPU) or gives a NaN row (CUDA).
     virtual void expert_linear(TensorView out, TensorView x, TensorView expert_of_row,
                                const std::vector<LinearWeight>& experts, int rows_per_input) = 0;
+    // Routed experts over rows grouped by expert (prefill): x [R, D] holds the rows sorted by expert, counts[e]
+    // of them for expert e (sum R, zero for untouched experts); each expert's run x_e is replaced in place by
+    // w2[e] . swiglu(w1[e] . x_e, w3[e] . x_e, swiglu_limit), w1 and w3 [I, D], w2 [D, I]. Every product is
+    // computed as linear() computes it for that run's rows (device backends may run the experts concurrently);
+    // the default runs them one after the other.
+    virtual void grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
+                                 const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
+                                 float swiglu_limit);
     // Quantize-dequantize in place over blocks of `block` consecutive elements of the last dim, as the
     // model's quantization-aware training saw its activations (see QuantSim).
     virtual void fake_quantize(TensorView x, QuantSim kind, int block) = 0;
+
+protected:
+    // The first row of each expert's run in grouped_experts' x (R at the end), once its shapes are checked.
+    static std::vector<int64_t> expert_run_starts(TensorView x, const std::vector<int64_t>& counts,
+                                                  const std::vector<LinearWeight>& w1,
+                                                  const std::vector<LinearWeight>& w3,
+                                                  const std::vector<LinearWeight>& w2);
 };
 
 // A copy of `w` in the backend's memory (`w` itself on host backends); the copies are kept in `storage`.

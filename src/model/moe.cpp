@@ -1,6 +1,5 @@
 #include "model/moe.h"
 
-#include <algorithm>
 #include <vector>
 
 #include "backend/backend.h"
@@ -100,35 +99,22 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
             slots_of[e].push_back(i);
         }
         // The slots sorted by expert: one gather of their token rows, each expert's products on its contiguous
-        // run (w2 writes over the run's inputs, which w1 and w3 have consumed), one scatter back to the slots;
-        // the row addresses go up in one transfer.
+        // run (grouped_experts, in place), one scatter back to the slots; the row addresses go up in one transfer.
         std::vector<float*> in_rows, out_rows;
-        int64_t widest = 0;
+        std::vector<int64_t> counts(E);
         for (int64_t e = 0; e < E; ++e) {
             for (int64_t slot : slots_of[e]) {
                 in_rows.push_back(xn.f32() + (slot / K) * D);
                 out_rows.push_back(routed.f32() + slot * D);
             }
-            widest = std::max(widest, static_cast<int64_t>(slots_of[e].size()));
+            counts[e] = static_cast<int64_t>(slots_of[e].size());
         }
         StepArrays arrays(be);
         const StepArrays::Handle in_h = arrays.stage_rows(in_rows), out_h = arrays.stage_rows(out_rows);
         arrays.upload_staged();
-        Tensor xs = be.alloc(DType::kF32, Shape{T * K, D});                 // [slots by expert, D]
-        Tensor g = be.alloc(DType::kF32, Shape{widest, p.moe_inter}), u = be.alloc(DType::kF32, Shape{widest, p.moe_inter});
+        Tensor xs = be.alloc(DType::kF32, Shape{T * K, D});  // [slots by expert, D]
         be.gather_rows(xs, arrays.view(in_h));
-        int64_t r0 = 0;
-        for (int64_t e = 0; e < E; ++e) {
-            const int64_t ne = static_cast<int64_t>(slots_of[e].size());
-            if (ne == 0) continue;
-            const TensorView xe = xs.view().slice_rows(r0, r0 + ne);
-            const TensorView ge = g.view().slice_rows(0, ne), ue = u.view().slice_rows(0, ne);
-            be.linear(ge, xe, w.w1[e]);
-            be.linear(ue, xe, w.w3[e]);
-            be.swiglu(ge, ge, ue, p.swiglu_limit);
-            be.linear(xe, ge, w.w2[e]);
-            r0 += ne;
-        }
+        be.grouped_experts(xs, counts, w.w1, w.w3, w.w2, p.swiglu_limit);
         be.scatter_rows(arrays.view(out_h), xs);
     }
 

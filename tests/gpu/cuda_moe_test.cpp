@@ -8,6 +8,10 @@
 // GPU bound 3e-2 of the CPU, and for weights exact in bf16 within 1e-4 of the CPU op on the same bf16-rounded
 // activations, as cuda_gemm_tc_test.cpp holds the tensor-core GEMM). Layouts neither streams take the plain fp32
 // kernel in both modes (1e-5).
+//
+// grouped_experts (prefill's experts over rows sorted by expert, concurrently on side streams) runs in the tiled
+// mode (fixture CudaMoe, 1e-5) and the default one (fixture CudaMoeDefault: cuBLAS, the tensor-core GEMM and the
+// GEMVs by row count, 3e-2), and must equal bitwise the experts run one after the other on the backend's stream.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -119,12 +123,39 @@ protected:
     void extreme_fp4_scales();
     void rows_are_independent_and_bad_ids_are_nan();
 
+    // An expert's three weights, for each of E experts: w1 and w3 [inter, d], w2 [d, inter].
+    struct ExpertFfns {
+        Experts w1, w3, w2;
+    };
+    ExpertFfns make_ffns(int format, int64_t e, int64_t d, int64_t inter) {
+        return {make_experts(format, e, inter, d), make_experts(format, e, inter, d),
+                make_experts(format, e, d, inter)};
+    }
+    // grouped_experts on the device over a fresh copy of x (the op works in place); `sequential`: the default op,
+    // the experts one after the other on the backend's stream.
+    std::vector<float> device_grouped(const ExpertFfns& f, const Tensor& x, const std::vector<int64_t>& counts,
+                                      bool sequential) {
+        Tensor xd = device(x);
+        if (sequential) gpu_->Backend::grouped_experts(xd, counts, f.w1.dev, f.w3.dev, f.w2.dev, kSwigluLimit);
+        else gpu_->grouped_experts(xd, counts, f.w1.dev, f.w3.dev, f.w2.dev, kSwigluLimit);
+        return fetch(xd);
+    }
+    void check_grouped_experts(const ExpertFfns& f, const std::vector<int64_t>& counts);
+    void grouped_experts_match_cpu();
+
+    static constexpr float kSwigluLimit = 10.0f;  // clamps many of the random gates and ups
+
     bool tc_;  // expert_linear runs on the tensor cores where its layout streams
 };
 
 class CudaMoeTc : public CudaMoe {
 public:
     CudaMoeTc() : CudaMoe("tc") {}
+};
+
+class CudaMoeDefault : public CudaMoe {
+public:
+    CudaMoeDefault() : CudaMoe("auto") {}
 };
 
 void CudaMoe::check_route(int64_t rows, int64_t e, int k, ScoringFunc scoring, bool hash, float temp) {
@@ -384,6 +415,51 @@ void CudaMoe::rows_are_independent_and_bad_ids_are_nan() {
 }
 TEST_F(CudaMoe, ExpertLinearRowsAreIndependentAndBadIdsAreNaN) { rows_are_independent_and_bad_ids_are_nan(); }
 TEST_F(CudaMoeTc, ExpertLinearRowsAreIndependentAndBadIdsAreNaN) { rows_are_independent_and_bad_ids_are_nan(); }
+
+// Runs of `counts` rows on both backends, each expert's run held to the mode's bound, and the concurrent device op
+// bitwise equal to the sequential one.
+void CudaMoe::check_grouped_experts(const ExpertFfns& f, const std::vector<int64_t>& counts) {
+    const int64_t d = f.w1.host[0].cols;
+    int64_t rows = 0;
+    for (int64_t n : counts) rows += n;
+    const Tensor x = host(randn(rows * d), Shape{rows, d});
+    Tensor ref = host(values(x), Shape{rows, d});
+    cpu_->grouped_experts(ref, counts, f.w1.host, f.w3.host, f.w2.host, kSwigluLimit);
+    const std::vector<float> got = device_grouped(f, x, counts, false), want = values(ref);
+    const std::string what = "format " + std::to_string(f.w1.format) + ", " + std::to_string(counts.size()) + " experts";
+    int64_t r0 = 0;
+    for (size_t e = 0; e < counts.size(); ++e) {
+        const auto run = [&](const std::vector<float>& v) {
+            return std::vector<float>(v.begin() + r0 * d, v.begin() + (r0 + counts[e]) * d);
+        };
+        if (counts[e] > 0) {
+            EXPECT_LE(rel_error(run(got), run(want)), tc_ ? kBf16Bound : kBound)
+                << what << ", expert " << e << " (" << counts[e] << " rows)";
+        }
+        r0 += counts[e];
+    }
+    EXPECT_EQ(got, device_grouped(f, x, counts, true)) << what << ": concurrent against sequential";
+}
+
+// FP4 and FP8 experts (D = 512, I = 256) with uneven runs: one expert holding most rows, experts without rows, and
+// runs of every kernel's row counts (the GEMVs' 1..16, the tensor-core GEMM's, cuBLAS's from 128 in the default
+// mode), more experts than side streams; then two touched experts (fewer than the streams), and one. In the
+// default mode also batch-invariant mode (the tensor-core GEMM without split-K for every run).
+void CudaMoe::grouped_experts_match_cpu() {
+    const std::vector<std::vector<int64_t>> cases = {{0, 300, 1, 0, 7, 12, 40, 3, 0, 130, 2, 20},
+                                                     {0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 150, 0},
+                                                     {0, 0, 0, 0, 0, 64, 0, 0, 0, 0, 0, 0}};
+    for (int format : {4, 6}) {
+        const ExpertFfns f = make_ffns(format, 12, 512, 256);
+        for (const std::vector<int64_t>& counts : cases) check_grouped_experts(f, counts);
+        if (!tc_) continue;
+        gpu_->set_batch_invariant(true);
+        check_grouped_experts(f, cases[0]);
+        gpu_->set_batch_invariant(false);
+    }
+}
+TEST_F(CudaMoe, GroupedExpertsMatchCpu) { grouped_experts_match_cpu(); }
+TEST_F(CudaMoeDefault, GroupedExpertsMatchCpu) { grouped_experts_match_cpu(); }
 
 }  // namespace
 }  // namespace deepinfer

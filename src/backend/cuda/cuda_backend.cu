@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/lanes.h"
 #include "backend/cuda/op_profiler.h"
 #include "core/thread_pool.h"
 
@@ -54,6 +56,35 @@ cuda::HcDesc describe(const HcParams& p) {
     return cuda::HcDesc{p.fn, p.base, p.scale, p.n, p.sinkhorn_iters, p.hc_eps, p.norm_eps};
 }
 
+// The experts that have rows, dealt to at most `lanes` lanes so that the lanes' rows balance: the largest first,
+// each to the lane with the fewest rows so far (the lower lane on ties). Every lane dealt to gets an expert, and
+// its first is its widest.
+std::vector<std::vector<int>> deal_experts(const std::vector<int64_t>& counts, int lanes) {
+    std::vector<int> order;
+    for (int e = 0; e < static_cast<int>(counts.size()); ++e)
+        if (counts[e] > 0) order.push_back(e);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return counts[a] > counts[b]; });
+    std::vector<std::vector<int>> dealt(std::min(order.size(), static_cast<size_t>(lanes)));
+    std::vector<int64_t> rows(dealt.size(), 0);
+    for (int e : order) {
+        const size_t lane = std::min_element(rows.begin(), rows.end()) - rows.begin();
+        dealt[lane].push_back(e);
+        rows[lane] += counts[e];
+    }
+    return dealt;
+}
+
+// f(lane, expert) for every dealt expert, round-robin over the lanes (each lane's first, then each one's second,
+// ...): issued in this order, every lane has work queued while the host issues the rest.
+template <class F>
+void round_robin(const std::vector<std::vector<int>>& dealt, F f) {
+    size_t longest = 0;
+    for (const std::vector<int>& experts : dealt) longest = std::max(longest, experts.size());
+    for (size_t i = 0; i < longest; ++i)
+        for (size_t lane = 0; lane < dealt.size(); ++lane)
+            if (i < dealt[lane].size()) f(static_cast<int>(lane), dealt[lane][i]);
+}
+
 class CudaBackend final : public Backend {
 public:
     CudaBackend(int device, int host_threads) : device_(device), pool_(host_threads) {
@@ -72,6 +103,8 @@ public:
                                         : GemmMode::kTiled;
         DI_CUDA_CHECK(cudaSetDevice(device_));
         DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        main_lane_.device = device_;
+        main_lane_.stream = stream_;
         // Keep freed blocks in the stream-ordered pool instead of returning them to the driver.
         cudaMemPool_t pool;
         DI_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device_));
@@ -84,8 +117,9 @@ public:
     }
     ~CudaBackend() override {
         cudaStreamSynchronize(stream_);
-        cublas_.reset();         // before its stream goes
-        expert_tables_.clear();  // their memory goes back on the stream
+        expert_lanes_.reset();      // joined into stream_: idle
+        main_lane_.cublas.reset();  // before its stream goes
+        expert_tables_.clear();     // their memory goes back on the stream
         cudaStreamSynchronize(stream_);
         profiler_.reset();
         cudaStreamDestroy(stream_);
@@ -142,10 +176,11 @@ public:
         return profiler_->take_report();
     }
 
-    void linear(TensorView out, TensorView x, const LinearWeight& w) override {
+    void linear(TensorView out, TensorView x, const LinearWeight& w) override { linear_on(main_lane_, out, x, w); }
+    void linear_on(cuda::Lane& lane, TensorView out, TensorView x, const LinearWeight& w) {
         const int64_t t = x.dim(0);
         DI_ICHECK(x.ndim() == 2 && x.dim(1) == w.cols && out.numel() == t * w.rows, "linear ", w.name);
-        matmul(out.f32(), w.rows, x.f32(), w.cols, t, describe(w), 0, w.rows);
+        matmul(lane, out.f32(), w.rows, x.f32(), w.cols, t, describe(w), 0, w.rows);
     }
     void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) override {
         const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
@@ -160,7 +195,7 @@ public:
             return;
         }
         for (int g = 0; g < groups; ++g)
-            matmul(out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
+            matmul(main_lane_, out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
     }
     void linears(TensorView x, const std::vector<Projection>& projections) override {
         const int64_t t = x.dim(0);
@@ -201,30 +236,34 @@ public:
     // kernel. Batch-invariant mode keeps one kernel for every row count, so that a row's result never depends on
     // how many rows share the step: the tensor-core kernel without split-K (its per-output reduction order then
     // depends only on K) in every mode but tiled (likewise), since cuBLAS picks its algorithm per shape.
-    void matmul(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& d,
-                int64_t w_row0, int64_t n_out) {
+    // The kernels go to `lane`: the kernel choice, and so the result, does not depend on it.
+    void matmul(cuda::Lane& lane, float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows,
+                const WeightDesc& d, int64_t w_row0, int64_t n_out) {
         const bool cublas = !batch_invariant_ && (gemm_mode_ == GemmMode::kCublas ||
                                                   (gemm_mode_ == GemmMode::kAuto && rows >= cuda::kCublasMinRows));
         if (tc_gemv(rows, d)) {
-            const auto op = profiler_->scope("matmul gemv tensor cores 2-8 rows");
-            cuda::launch_gemv_tc(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
+            const auto op = scope(lane, "matmul gemv tensor cores 2-8 rows");
+            cuda::launch_gemv_tc(out, ldc, x, lda, rows, d, w_row0, n_out, lane.stream);
         } else if (fp32_gemv(rows, d)) {
-            const auto op = profiler_->scope(rows == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
-            cuda::launch_gemv(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
+            const auto op = scope(lane, rows == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
+            cuda::launch_gemv(out, ldc, x, lda, rows, d, w_row0, n_out, lane.stream);
         } else if (gemm_mode_ == GemmMode::kTiled) {
-            const auto op = profiler_->scope("matmul tiled");
-            cuda::launch_gemm(out, ldc, x, lda, rows, d, w_row0, n_out, stream_);
+            const auto op = scope(lane, "matmul tiled");
+            cuda::launch_gemm(out, ldc, x, lda, rows, d, w_row0, n_out, lane.stream);
         } else if (cublas) {
-            if (!cublas_) {  // created on first use: decode-only backends never need a handle
-                DI_CUDA_CHECK(cudaSetDevice(device_));
-                cublas_ = std::make_unique<cuda::CublasGemm>(stream_);
-            }
-            const auto op = profiler_->scope("matmul cublas");
-            cublas_->run(out, ldc, x, lda, rows, d, w_row0, n_out);
+            cuda::CublasGemm& gemm = lane.gemm();
+            const auto op = scope(lane, "matmul cublas");
+            gemm.run(out, ldc, x, lda, rows, d, w_row0, n_out);
         } else {
-            const auto op = profiler_->scope("matmul tensor cores");
-            cuda::launch_gemm_tc(out, ldc, x, lda, rows, d, w_row0, n_out, !batch_invariant_, stream_);
+            const auto op = scope(lane, "matmul tensor cores");
+            cuda::launch_gemm_tc(out, ldc, x, lda, rows, d, w_row0, n_out, !batch_invariant_, lane.stream);
         }
+    }
+    // The profiler's scope of an op issued on `lane`. The profiler times ops on the backend's stream, so work on a
+    // side lane is timed only as part of the op that forked it.
+    cuda::OpProfiler::Scope scope(const cuda::Lane& lane, const char* name) {
+        if (lane.stream != stream_) return cuda::OpProfiler::Scope(nullptr, name, nullptr);
+        return profiler_->scope(name);
     }
     void embedding(TensorView out, const LinearWeight& table, const int32_t* ids) override {
         const auto op = profiler_->scope("embedding");
@@ -404,9 +443,49 @@ public:
                                        rows_per_input};
         cuda::launch_expert_linear(d, table.host[0], table.streams, tc_experts(r), stream_);
     }
+    // The experts dealt to side lanes (deal_experts()), each lane running its experts' chains one after the
+    // other on its own scratch, forked from and joined back into stream_.
+    void grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
+                         const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
+                         float swiglu_limit) override {
+        const std::vector<int64_t> starts = expert_run_starts(x, counts, w1, w3, w2);
+        const std::vector<std::vector<int>> dealt = deal_experts(counts, kExpertLanes);
+        if (dealt.empty()) return;
+        const auto op = profiler_->scope("grouped_experts");
+        // Each lane's gate and up scratch, as wide as its widest run: allocated on stream_ before the fork and
+        // freed on it after the join (they outlive `fork`).
+        std::vector<Tensor> gates, ups;
+        for (const std::vector<int>& experts : dealt) {
+            gates.push_back(alloc(DType::kF32, Shape{counts[experts[0]], w1[0].rows}));
+            ups.push_back(alloc(DType::kF32, Shape{counts[experts[0]], w1[0].rows}));
+        }
+        if (!expert_lanes_) expert_lanes_ = std::make_unique<cuda::SideLanes>(device_, kExpertLanes);
+        cuda::SideLanes::Fork fork(*expert_lanes_, stream_, static_cast<int>(dealt.size()));
+        round_robin(dealt, [&](int lane, int e) {
+            expert_chain((*expert_lanes_)[lane], x.slice_rows(starts[e], starts[e + 1]),
+                         gates[lane].view().slice_rows(0, counts[e]), ups[lane].view().slice_rows(0, counts[e]), w1[e],
+                         w3[e], w2[e], swiglu_limit);
+        });
+        fork.join();
+    }
 
 private:
     static constexpr size_t kStagingBytes = size_t{32} << 20;
+    // grouped_experts' side lanes. One prefill expert's product is a small grid (V4-Flash at 16K tokens: ~384 rows
+    // x 2048 outputs, a few dozen blocks for 132 SMs), so experts one at a time leave most SMs idle; four at once
+    // bring about one wave. More lanes would mostly add memory (a 32 MiB cuBLAS workspace and a chain's scratch
+    // each) and contend for bandwidth with the dequantization passes, whose grids fill the GPU on their own.
+    static constexpr int kExpertLanes = 4;
+
+    // One expert's products over its run x [n, D] on `lane`, in the order of the default grouped_experts:
+    // g = w1 . x, u = w3 . x, g = swiglu(g, u), then x = w2 . g over the inputs that w1 and w3 have consumed.
+    void expert_chain(cuda::Lane& lane, TensorView x, TensorView g, TensorView u, const LinearWeight& w1,
+                      const LinearWeight& w3, const LinearWeight& w2, float swiglu_limit) {
+        linear_on(lane, g, x, w1);
+        linear_on(lane, u, x, w3);
+        cuda::launch_swiglu(g.f32(), g.f32(), u.f32(), g.numel(), swiglu_limit, lane.stream);
+        linear_on(lane, x, g, w2);
+    }
 
     // The descriptions of a list of experts in device memory, for expert_linear's kernels to index.
     struct ExpertTable {
@@ -457,8 +536,9 @@ private:
     ThreadPool pool_;
     bool batch_invariant_ = false;
     enum class GemmMode { kAuto, kCublas, kTc, kTiled };
-    GemmMode gemm_mode_ = GemmMode::kAuto;      // products the GEMV does not take (see matmul())
-    std::unique_ptr<cuda::CublasGemm> cublas_;  // bound to stream_, created on first use
+    GemmMode gemm_mode_ = GemmMode::kAuto;  // products the GEMV does not take (see matmul())
+    cuda::Lane main_lane_;                  // stream_ and its cuBLAS handle
+    std::unique_ptr<cuda::SideLanes> expert_lanes_;  // grouped_experts' lanes, created on its first use
     std::unordered_map<const LinearWeight*, ExpertTable> expert_tables_;
 };
 

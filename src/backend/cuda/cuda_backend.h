@@ -1,6 +1,7 @@
 // The CUDA backend (NVIDIA GPUs; built for Hopper, sm_90a): the Backend op set on device memory, one stream
-// per backend, stream-ordered allocation (cudaMallocAsync's pool is the caching allocator). Plain C++
-// header: nothing here needs the CUDA toolkit's headers.
+// per backend (and side streams that an op may fork from it and join back into before it returns),
+// stream-ordered allocation (cudaMallocAsync's pool is the caching allocator). Plain C++ header: nothing here
+// needs the CUDA toolkit's headers.
 #pragma once
 
 #include <memory>

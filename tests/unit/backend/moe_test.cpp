@@ -259,5 +259,49 @@ TEST_F(CpuMoe, ExpertLinearEqualsLinearOverEachExpertsRows) {
     EXPECT_THROW(be_->expert_linear(out, x, bad, experts, 1), Error);
 }
 
+// grouped_experts (prefill's experts over rows sorted by expert) equals the decode path over the same rows,
+// expert_linear with each row's expert for w1, w3 and w2 around swiglu (the same sgemm calls), experts without
+// rows included; counts that do not add up to the rows are an error.
+TEST_F(CpuMoe, GroupedExpertsEqualExpertLinearOverTheSameRows) {
+    const int64_t d = 32, inter = 16;
+    const float limit = 4.0f;  // clamps some of the gates and ups
+    const std::vector<int64_t> counts = {3, 0, 5, 1, 0, 2};
+    std::vector<std::vector<float>> store;
+    auto experts = [&](int64_t n, int64_t k) {
+        std::vector<LinearWeight> ws;
+        for (size_t e = 0; e < counts.size(); ++e) {
+            store.push_back(randn(n * k, 0.3f));
+            LinearWeight w;
+            w.rows = n;
+            w.cols = k;
+            w.name = "expert";
+            w.data = TensorView(store.back().data(), DType::kF32, Shape{n, k});
+            ws.push_back(w);
+        }
+        return ws;
+    };
+    const std::vector<LinearWeight> w1 = experts(inter, d), w3 = experts(inter, d), w2 = experts(d, inter);
+    std::vector<int32_t> ids;
+    for (size_t e = 0; e < counts.size(); ++e) ids.insert(ids.end(), counts[e], static_cast<int32_t>(e));
+    const int64_t rows = static_cast<int64_t>(ids.size());
+    Tensor id_t(DType::kI32, Shape{rows});
+    std::memcpy(id_t.as<int32_t>(), ids.data(), rows * 4);
+
+    const std::vector<float> xv = randn(rows * d);
+    Tensor x = f32_tensor(xv, Shape{rows, d});
+    Tensor g = Tensor::f32(Shape{rows, inter}), u = Tensor::f32(Shape{rows, inter}), want = Tensor::f32(Shape{rows, d});
+    be_->expert_linear(g, x, id_t, w1, 1);
+    be_->expert_linear(u, x, id_t, w3, 1);
+    be_->swiglu(g, g, u, limit);
+    be_->expert_linear(want, g, id_t, w2, 1);
+    be_->grouped_experts(x, counts, w1, w3, w2, limit);
+    EXPECT_EQ(0, std::memcmp(x.f32(), want.f32(), rows * d * 4));
+
+    Tensor x2 = f32_tensor(xv, Shape{rows, d});
+    std::vector<int64_t> short_counts = counts;
+    --short_counts.back();
+    EXPECT_THROW(be_->grouped_experts(x2, short_counts, w1, w3, w2, limit), Error);
+}
+
 }  // namespace
 }  // namespace deepinfer

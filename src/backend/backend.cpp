@@ -1,0 +1,52 @@
+// The ops that backends may leave to a default written in terms of the other ops.
+#include "backend/backend.h"
+
+#include <algorithm>
+
+#include "deepinfer/error.h"
+
+namespace deepinfer {
+
+std::vector<int64_t> Backend::expert_run_starts(TensorView x, const std::vector<int64_t>& counts,
+                                                const std::vector<LinearWeight>& w1,
+                                                const std::vector<LinearWeight>& w3,
+                                                const std::vector<LinearWeight>& w2) {
+    DI_ICHECK(x.ndim() == 2 && !w1.empty() && counts.size() == w1.size() && w3.size() == w1.size() &&
+                  w2.size() == w1.size(),
+              "grouped_experts: x ", x.shape().str(), ", ", counts.size(), " counts, ", w1.size(), " w1, ", w3.size(),
+              " w3, ", w2.size(), " w2");
+    const int64_t d = x.dim(1), inter = w1[0].rows;
+    std::vector<int64_t> starts{0};
+    for (size_t e = 0; e < counts.size(); ++e) {
+        DI_ICHECK(counts[e] >= 0 && w1[e].rows == inter && w1[e].cols == d && w3[e].rows == inter &&
+                      w3[e].cols == d && w2[e].rows == d && w2[e].cols == inter,
+                  "grouped_experts: expert ", e, " with ", counts[e], " rows: w1 [", w1[e].rows, ", ", w1[e].cols,
+                  "], w3 [", w3[e].rows, ", ", w3[e].cols, "], w2 [", w2[e].rows, ", ", w2[e].cols, "], x ",
+                  x.shape().str(), ", width ", inter);
+        starts.push_back(starts.back() + counts[e]);
+    }
+    DI_ICHECK(starts.back() == x.dim(0), "grouped_experts: counts sum to ", starts.back(), ", x has ", x.dim(0),
+              " rows");
+    return starts;
+}
+
+void Backend::grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
+                              const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
+                              float swiglu_limit) {
+    const std::vector<int64_t> starts = expert_run_starts(x, counts, w1, w3, w2);
+    const int64_t widest = *std::max_element(counts.begin(), counts.end());
+    if (widest == 0) return;
+    // One gate and up scratch for every expert: the runs go one after the other.
+    Tensor g = alloc(DType::kF32, Shape{widest, w1[0].rows}), u = alloc(DType::kF32, Shape{widest, w1[0].rows});
+    for (size_t e = 0; e < counts.size(); ++e) {
+        if (counts[e] == 0) continue;
+        const TensorView xe = x.slice_rows(starts[e], starts[e + 1]);
+        const TensorView ge = g.view().slice_rows(0, counts[e]), ue = u.view().slice_rows(0, counts[e]);
+        linear(ge, xe, w1[e]);
+        linear(ue, xe, w3[e]);
+        swiglu(ge, ge, ue, swiglu_limit);
+        linear(xe, ge, w2[e]);  // over the run's inputs, which w1 and w3 have consumed
+    }
+}
+
+}  // namespace deepinfer
