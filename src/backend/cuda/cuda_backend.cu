@@ -93,6 +93,13 @@ public:
         // tensor-core kernel; tiled: fp32 SIMT (~1e-6 of the CPU). auto, cublas and tc compute from bf16 inputs
         // (the GPU bound of the tolerance table), and so does their sparse_attention (tensor cores; tiled keeps
         // the fp32 kernel).
+        // DEEPINFER_CUDA_EXPERT_LANES: grouped_experts' side streams (default kExpertLanes; 1 runs the experts one
+        // after the other).
+        if (const char* lanes = std::getenv("DEEPINFER_CUDA_EXPERT_LANES"); lanes && *lanes) {
+            expert_lanes_count_ = std::atoi(lanes);
+            DI_CHECK(expert_lanes_count_ >= 1 && expert_lanes_count_ <= 16,
+                     "DEEPINFER_CUDA_EXPERT_LANES must be 1 to 16, not '", lanes, "'");
+        }
         const char* gemm = std::getenv("DEEPINFER_CUDA_GEMM");
         const std::string mode = gemm && *gemm ? gemm : "auto";
         DI_CHECK(mode == "auto" || mode == "cublas" || mode == "tc" || mode == "tiled",
@@ -449,7 +456,7 @@ public:
                          const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
                          float swiglu_limit) override {
         const std::vector<int64_t> starts = expert_run_starts(x, counts, w1, w3, w2);
-        const std::vector<std::vector<int>> dealt = deal_experts(counts, kExpertLanes);
+        const std::vector<std::vector<int>> dealt = deal_experts(counts, expert_lanes_count_);
         if (dealt.empty()) return;
         const auto op = profiler_->scope("grouped_experts");
         // Each lane's gate and up scratch, as wide as its widest run: allocated on stream_ before the fork and
@@ -459,7 +466,7 @@ public:
             gates.push_back(alloc(DType::kF32, Shape{counts[experts[0]], w1[0].rows}));
             ups.push_back(alloc(DType::kF32, Shape{counts[experts[0]], w1[0].rows}));
         }
-        if (!expert_lanes_) expert_lanes_ = std::make_unique<cuda::SideLanes>(device_, kExpertLanes);
+        if (!expert_lanes_) expert_lanes_ = std::make_unique<cuda::SideLanes>(device_, expert_lanes_count_);
         cuda::SideLanes::Fork fork(*expert_lanes_, stream_, static_cast<int>(dealt.size()));
         round_robin(dealt, [&](int lane, int e) {
             expert_chain((*expert_lanes_)[lane], x.slice_rows(starts[e], starts[e + 1]),
@@ -538,6 +545,7 @@ private:
     enum class GemmMode { kAuto, kCublas, kTc, kTiled };
     GemmMode gemm_mode_ = GemmMode::kAuto;  // products the GEMV does not take (see matmul())
     cuda::Lane main_lane_;                  // stream_ and its cuBLAS handle
+    int expert_lanes_count_ = kExpertLanes;
     std::unique_ptr<cuda::SideLanes> expert_lanes_;  // grouped_experts' lanes, created on its first use
     std::unordered_map<const LinearWeight*, ExpertTable> expert_tables_;
 };
