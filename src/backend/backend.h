@@ -148,6 +148,9 @@ public:
             indexer_select(dst, starts.slice_rows(t, t + 1), scores.slice_rows(t, t + 1), limits.slice_rows(t, t + 1),
                            k, bases.as<int32_t>()[t]);
     }
+    // Index lists from runs: for each row of runs [R, 5] I32 = (at, a, na, b, nb), dst[at + i] = a + i for i < na,
+    // then dst[at + na + j] = b + j for j < nb. Other entries of dst (I32) are not written.
+    virtual void fill_index_ranges(TensorView dst, TensorView runs) = 0;
     // Greedy token selection: ids[r] = the index of the largest logit of row r of logits [R, V], the lowest
     // index on ties, NaN entries ignored; -1 when the row's first logit is NaN or no logit exceeds -inf (the
     // host sampler's error cases). ids: [R] I32.

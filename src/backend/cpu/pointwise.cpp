@@ -128,6 +128,20 @@ void CpuBackend::scale(TensorView x, float s) {
     for (int64_t i = 0; i < x.numel(); ++i) a[i] *= s;
 }
 
+void CpuBackend::fill_index_ranges(TensorView dst, TensorView runs) {
+    const int64_t rows = runs.numel() / 5, n = dst.numel();
+    DI_ICHECK(runs.numel() % 5 == 0, "fill_index_ranges: runs of ", runs.numel(), " values");
+    const int32_t* r = runs.as<int32_t>();
+    int32_t* out = dst.as<int32_t>();
+    for (int64_t q = 0; q < rows; ++q, r += 5) {
+        const int64_t at = r[0], na = r[2], nb = r[4];
+        DI_ICHECK(at >= 0 && na >= 0 && nb >= 0 && at + na + nb <= n, "fill_index_ranges: row ", q, " writes [", at,
+                  ", ", at + na + nb, ") of ", n);
+        for (int64_t i = 0; i < na; ++i) out[at + i] = static_cast<int32_t>(r[1] + i);
+        for (int64_t j = 0; j < nb; ++j) out[at + na + j] = static_cast<int32_t>(r[3] + j);
+    }
+}
+
 void CpuBackend::argmax_rows(TensorView ids, TensorView logits) {
     const int64_t rows = logits.dim(0), v = logits.dim(1);
     DI_ICHECK(ids.numel() == rows && v > 0, "argmax_rows shapes");

@@ -355,6 +355,11 @@ public:
         cuda::launch_indexer_select(dst.as<int32_t>(), starts.as<int32_t>(), scores.f32(), scores.dim(0),
                                     scores.dim(1), limits.as<int32_t>(), k, 0, stream_, bases.as<int32_t>());
     }
+    void fill_index_ranges(TensorView dst, TensorView runs) override {
+        const auto op = profiler_->scope("fill_index_ranges");
+        DI_ICHECK(runs.numel() % 5 == 0 && dst.dtype() == DType::kI32, "fill_index_ranges shapes");
+        cuda::launch_fill_index_ranges(dst.as<int32_t>(), runs.as<const int32_t>(), runs.numel() / 5, stream_);
+    }
     void argmax_rows(TensorView ids, TensorView logits) override {
         const auto op = profiler_->scope("argmax_rows");
         DI_ICHECK(ids.numel() == logits.dim(0) && logits.dim(1) > 0, "argmax_rows shapes");

@@ -407,7 +407,11 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     };
     std::vector<CsaSeq> csa;
     std::vector<float*> key_rows, index_key_rows, window_keep, window_dst;
-    std::vector<int32_t> offsets{0}, indices;
+    // Each query's key list is at most two runs of consecutive key-table indices (its window, then HCA's
+    // entries) plus CSA's slots: staged as (at, first, count, first, count) per query and written on the
+    // backend (fill_index_ranges), a few bytes a query instead of up to window + index_topk indices.
+    std::vector<int32_t> offsets{0}, key_runs;
+    int64_t list_size = 0;
     // Per row of the step (CSA layers): where its picks go in the key lists, how many entries it sees, the
     // key-table index of its sequence's first entry, and its sequence's indexer keys (a row without entries
     // has limit and count 0).
@@ -430,24 +434,27 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
             csa.push_back({s.row0, s.n, entries, index_key0, entry0});
             for (int64_t e = 0; e < entries; ++e) index_key_rows.push_back(st.indexer.entries->row(e));
         }
-        // Each query's key list: its window rows, then the compressed entries it sees (HCA: all of them; CSA:
-        // slots that indexer_select fills on the device with the top index_topk, in entry order).
+        // Each query's key list: its window rows (positions kp in the sequence's table at key0 + kp - (p0 - prev),
+        // one run), then the compressed entries it sees (HCA: all of them, a second run; CSA: slots that
+        // indexer_select fills on the device with the top index_topk, in entry order).
         for (int64_t t = 0; t < s.n; ++t) {
-            const int64_t p = p0 + t;
-            for (int64_t kp = std::max<int64_t>(0, p - W + 1); kp <= p; ++kp)
-                indices.push_back(static_cast<int32_t>(key0 + (kp < p0 ? kp - (p0 - prev) : prev + kp - p0)));
+            const int64_t p = p0 + t, first = std::max<int64_t>(0, p - W + 1);
             const int64_t visible = L.has_compressor ? (p + 1) / m : 0;
-            if (kind == AttnKind::kHca) {
-                for (int64_t e = 0; e < visible; ++e) indices.push_back(static_cast<int32_t>(entry0 + e));
-            } else if (kind == AttnKind::kCsa) {
-                csa_starts.push_back(static_cast<int32_t>(indices.size()));
+            const int64_t hca = kind == AttnKind::kHca ? visible : 0;
+            key_runs.insert(key_runs.end(), {static_cast<int32_t>(list_size),
+                                             static_cast<int32_t>(key0 + first - (p0 - prev)),
+                                             static_cast<int32_t>(p - first + 1), entry0, static_cast<int32_t>(hca)});
+            list_size += p - first + 1 + hca;
+            if (kind == AttnKind::kCsa) {
+                csa_starts.push_back(static_cast<int32_t>(list_size));
                 csa_limits.push_back(static_cast<int32_t>(visible));
                 csa_bases.push_back(entry0);
                 index_begin.push_back(static_cast<int32_t>(index_key0));
                 index_count.push_back(static_cast<int32_t>(entries));
-                indices.resize(indices.size() + std::min<int64_t>(visible, c.index_topk), -1);
+                list_size += std::min<int64_t>(visible, c.index_topk);
             }
-            offsets.push_back(static_cast<int32_t>(indices.size()));
+            DI_CHECK(list_size <= INT32_MAX, "attention: the step's key lists exceed 2^31 entries");
+            offsets.push_back(static_cast<int32_t>(list_size));
         }
         // Remember this step's K=V rows.
         for (int64_t p = std::max(p0, end - ring); p < end; ++p) {
@@ -456,7 +463,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         }
     }
     const StepArrays::Handle key_rows_h = arrays.stage_rows(key_rows), index_rows_h = arrays.stage_rows(index_key_rows);
-    const StepArrays::Handle offsets_h = arrays.stage_i32(offsets), indices_h = arrays.stage_i32(indices);
+    const StepArrays::Handle offsets_h = arrays.stage_i32(offsets), key_runs_h = arrays.stage_i32(key_runs);
     const StepArrays::Handle starts_h = arrays.stage_i32(csa_starts), limits_h = arrays.stage_i32(csa_limits);
     const StepArrays::Handle bases_h = arrays.stage_i32(csa_bases), index_begin_h = arrays.stage_i32(index_begin);
     const StepArrays::Handle index_count_h = arrays.stage_i32(index_count);
@@ -468,7 +475,9 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     if (L.has_indexer) run_compress(layer, index_plan, true, ikv, igate, arrays);
     Tensor keys = alloc(Shape{static_cast<int64_t>(key_rows.size()), d});
     be.gather_rows(keys, arrays.view(key_rows_h));
-    const TensorView key_list = arrays.view(indices_h);
+    Tensor key_lists = be.alloc(DType::kI32, Shape{list_size});
+    const TensorView key_list = key_lists.view();
+    be.fill_index_ranges(key_list, arrays.view(key_runs_h).reshape(Shape{T, 5}));
     if (!csa.empty()) {
         // The indexer scores each sequence's entries for its queries and fills their CSA slots with the top ones:
         // one call each over every row of the step, or for a single sequence the calls whose kernels stage each

@@ -1,0 +1,95 @@
+// Row movement on the GPU against the CPU backend, bitwise (copies have no rounding): gather_rows and scatter_rows
+// over rows of every alignment and width (the float4 path and the scalar one), and fill_index_ranges.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+
+namespace deepinfer {
+namespace {
+
+std::vector<float> fetch(Backend& be, TensorView t) {
+    std::vector<float> v(static_cast<size_t>(t.numel()));
+    be.download(v.data(), t);
+    return v;
+}
+
+TEST(CudaMovement, GatherAndScatterMatchTheCpu) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto gpu = create_backend("cuda", 2);
+    std::mt19937 rng(17);
+    // Widths: float4 rows (512, 4096), odd ones (scalar path), a row shorter than the block.
+    for (const int64_t c : {512, 4096, 13, 3}) {
+        const int64_t pool_rows = 300, r = 70001;  // more rows than one grid dimension holds
+        std::vector<float> pool(static_cast<size_t>(pool_rows * c + 1));
+        for (float& v : pool) v = static_cast<float>(rng() % 100000);
+        Tensor pool_d = gpu->alloc(DType::kF32, Shape{static_cast<int64_t>(pool.size())});
+        gpu->upload(pool_d, pool.data());
+        // Row i reads pool row picks[i], shifted by one float for every third row (misaligned for float4).
+        std::vector<int64_t> picks(static_cast<size_t>(r)), offsets(static_cast<size_t>(r));
+        std::vector<float*> addresses(static_cast<size_t>(r));
+        for (int64_t i = 0; i < r; ++i) {
+            picks[i] = static_cast<int64_t>(rng() % pool_rows);
+            offsets[i] = picks[i] * c + (i % 3 == 0 ? 1 : 0);
+            addresses[i] = pool_d.f32() + offsets[i];
+        }
+        Tensor rows_d = gpu->alloc(DType::kI64, Shape{r});
+        gpu->upload(rows_d, addresses.data());
+        Tensor gathered = gpu->alloc(DType::kF32, Shape{r, c});
+        gpu->gather_rows(gathered, rows_d);
+        const std::vector<float> got = fetch(*gpu, gathered);
+        for (int64_t i = 0; i < r; i += 7)
+            for (int64_t j = 0; j < c; ++j)
+                ASSERT_EQ(got[i * c + j], pool[offsets[i] + j]) << "c " << c << " row " << i << " col " << j;
+
+        // Scatter the first distinct rows back to fresh places (every destination written once).
+        const int64_t n = pool_rows - 1;
+        std::vector<float*> dst(static_cast<size_t>(n));
+        Tensor out_d = gpu->alloc(DType::kF32, Shape{n * (c + 1) + 1});
+        for (int64_t i = 0; i < n; ++i) dst[i] = out_d.f32() + (n - 1 - i) * (c + 1) + (i % 2);
+        Tensor dst_d = gpu->alloc(DType::kI64, Shape{n});
+        gpu->upload(dst_d, dst.data());
+        gpu->scatter_rows(dst_d, gathered.view().slice_rows(0, n));
+        const std::vector<float> out = fetch(*gpu, out_d);
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < c; ++j)
+                ASSERT_EQ(out[(n - 1 - i) * (c + 1) + (i % 2) + j], got[i * c + j]) << "c " << c << " row " << i;
+    }
+}
+
+TEST(CudaMovement, FillIndexRangesMatchesTheCpu) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto cpu = create_backend("cpu", 0);
+    auto gpu = create_backend("cuda", 2);
+    std::mt19937 rng(5);
+    const int64_t rows = 70000;
+    std::vector<int32_t> runs;
+    int64_t size = 0;
+    for (int64_t q = 0; q < rows; ++q) {
+        const int32_t na = static_cast<int32_t>(rng() % 130), nb = static_cast<int32_t>(q % 5 == 0 ? 0 : rng() % 600);
+        const int32_t gap = static_cast<int32_t>(q % 3 == 0 ? rng() % 512 : 0);  // CSA slots left alone
+        runs.insert(runs.end(), {static_cast<int32_t>(size), static_cast<int32_t>(rng() % 100000), na,
+                                 static_cast<int32_t>(rng() % 100000), nb});
+        size += na + nb + gap;
+    }
+    std::vector<int32_t> init(static_cast<size_t>(size));
+    for (int32_t& v : init) v = -1 - static_cast<int32_t>(rng() % 7);
+    Tensor want(DType::kI32, Shape{size}), runs_h(DType::kI32, Shape{rows, 5});
+    std::copy(init.begin(), init.end(), want.view().as<int32_t>());
+    std::copy(runs.begin(), runs.end(), runs_h.view().as<int32_t>());
+    cpu->fill_index_ranges(want, runs_h);
+    Tensor got_d = gpu->alloc(DType::kI32, Shape{size}), runs_d = to_backend(*gpu, runs_h);
+    gpu->upload(got_d, init.data());
+    gpu->fill_index_ranges(got_d, runs_d);
+    std::vector<int32_t> got(static_cast<size_t>(size));
+    gpu->download(got.data(), got_d);
+    for (int64_t i = 0; i < size; ++i) ASSERT_EQ(got[i], want.view().as<int32_t>()[i]) << "entry " << i;
+}
+
+}  // namespace
+}  // namespace deepinfer
