@@ -41,11 +41,11 @@ OpProfiler::Scope OpProfiler::scope(const char* name) {
     return Scope(this, name, start);
 }
 
-void OpProfiler::end(const char* name, cudaEvent_t start) {
+void OpProfiler::end(const char* name, cudaEvent_t start, double host_ms) {
     std::lock_guard<std::mutex> lock(mu_);
     cudaEvent_t stop = event();
     DI_CUDA_CHECK(cudaEventRecord(stop, stream_));
-    pending_.push_back({name, start, stop});
+    pending_.push_back({name, start, stop, host_ms});
 }
 
 void OpProfiler::collect() {
@@ -62,6 +62,7 @@ void OpProfiler::collect() {
         DI_CUDA_CHECK(cudaEventElapsedTime(&ms, p.start, p.stop));
         Total& t = totals_[p.name];
         t.ms += ms;
+        t.host_ms += p.host_ms;
         ++t.calls;
         free_.push_back(p.start);
         free_.push_back(p.stop);
@@ -74,18 +75,20 @@ std::string OpProfiler::take_report() {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
-    double all = 0;
-    for (const auto& r : rows) all += r.second.ms;
+    double all = 0, all_host = 0;
+    for (const auto& r : rows) all += r.second.ms, all_host += r.second.host_ms;
     std::string out;
-    char line[160];
-    std::snprintf(line, sizeof line, "%-22s %10s %8s %10s %7s\n", "op", "ms", "calls", "us/call", "share");
+    char line[192];
+    std::snprintf(line, sizeof line, "%-22s %10s %8s %10s %7s %10s %12s\n", "op", "ms", "calls", "us/call", "share",
+                  "host ms", "host us/call");
     out += line;
     for (const auto& [name, t] : rows) {
-        std::snprintf(line, sizeof line, "%-22s %10.3f %8ld %10.1f %6.1f%%\n", name.c_str(), t.ms, t.calls,
-                      t.calls ? 1e3 * t.ms / t.calls : 0.0, all > 0 ? 100.0 * t.ms / all : 0.0);
+        std::snprintf(line, sizeof line, "%-22s %10.3f %8ld %10.1f %6.1f%% %10.3f %12.1f\n", name.c_str(), t.ms,
+                      t.calls, t.calls ? 1e3 * t.ms / t.calls : 0.0, all > 0 ? 100.0 * t.ms / all : 0.0, t.host_ms,
+                      t.calls ? 1e3 * t.host_ms / t.calls : 0.0);
         out += line;
     }
-    std::snprintf(line, sizeof line, "%-22s %10.3f\n", "total", all);
+    std::snprintf(line, sizeof line, "%-22s %10.3f %8s %10s %7s %10.3f\n", "total", all, "", "", "", all_host);
     out += line;
     totals_.clear();
     return out;

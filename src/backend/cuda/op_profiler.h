@@ -1,8 +1,11 @@
 // Per-op device time for DEEPINFER_CUDA_PROFILE=1: CUDA events around every op of the backend's stream,
-// read back whenever the stream has drained, summed by op name. Off (and free) otherwise.
+// read back whenever the stream has drained, summed by op name; beside it the host time spent issuing each op
+// (its launches, allocations and uploads, and any wait inside them). Off (and free) otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <chrono>
 
 #include <map>
 #include <mutex>
@@ -23,17 +26,20 @@ public:
     // Marks the op's end on destruction.
     class Scope {
     public:
-        Scope(OpProfiler* p, const char* name, cudaEvent_t start) : p_(p), name_(name), start_(start) {}
+        Scope(OpProfiler* p, const char* name, cudaEvent_t start)
+            : p_(p), name_(name), start_(start), issued_(p ? std::chrono::steady_clock::now() : Clock::time_point{}) {}
         Scope(const Scope&) = delete;
         Scope& operator=(const Scope&) = delete;
         ~Scope() {
-            if (p_) p_->end(name_, start_);
+            if (p_) p_->end(name_, start_, std::chrono::duration<double, std::milli>(Clock::now() - issued_).count());
         }
 
     private:
+        using Clock = std::chrono::steady_clock;
         OpProfiler* p_;
         const char* name_;
         cudaEvent_t start_;
+        Clock::time_point issued_;
     };
     // `name` must outlive the profiler (a string literal).
     Scope scope(const char* name);
@@ -47,12 +53,13 @@ private:
     struct Pending {
         const char* name;
         cudaEvent_t start, stop;
+        double host_ms;
     };
     struct Total {
-        double ms = 0;
+        double ms = 0, host_ms = 0;
         long calls = 0;
     };
-    void end(const char* name, cudaEvent_t start);
+    void end(const char* name, cudaEvent_t start, double host_ms);
     cudaEvent_t event();  // needs mu_
 
     cudaStream_t stream_;
