@@ -12,18 +12,21 @@
 namespace deepinfer {
 
 // Arrays are staged on the host and copied in one transfer (each upload is a copy of its own on a device, a
-// few microseconds): stage_*() keeps a host copy and returns a handle; upload_staged() copies everything staged
-// so far; view() then gives an array in backend memory, alive as long as this object.
+// few microseconds): stage_*() keeps a host copy and returns a handle; reserve_i32() asks for room in the same
+// block that backend ops fill (nothing staged or copied); upload_staged() allocates the block and copies
+// everything staged; view() then gives an array in backend memory, alive as long as this object.
 class StepArrays {
 public:
     explicit StepArrays(Backend& backend) : backend_(backend) {}
 
     struct Handle {
-        size_t offset = 0;  // bytes into the staged block
+        size_t offset = 0;  // bytes into the staged arrays, or into the reserved ones that follow them
         DType dtype = DType::kI32;
         int64_t n = 0;
+        bool reserved = false;
     };
     Handle stage_i32(std::span<const int32_t> values);
+    Handle reserve_i32(int64_t n);
     // Device addresses of rows (for gather_rows / scatter_rows).
     Handle stage_rows(std::span<float* const> addresses);
     void upload_staged();
@@ -35,6 +38,7 @@ private:
     Backend& backend_;
     Tensor block_;                    // the staged arrays in backend memory (after upload_staged)
     std::vector<uint8_t> staged_;     // their host bytes, each array at a 16-byte boundary
+    size_t reserved_bytes_ = 0;       // reserved arrays, each at a 16-byte boundary, after the staged ones
     uint8_t* staged_base_ = nullptr;  // block_'s data
 };
 

@@ -467,6 +467,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     const StepArrays::Handle starts_h = arrays.stage_i32(csa_starts), limits_h = arrays.stage_i32(csa_limits);
     const StepArrays::Handle bases_h = arrays.stage_i32(csa_bases), index_begin_h = arrays.stage_i32(index_begin);
     const StepArrays::Handle index_count_h = arrays.stage_i32(index_count);
+    const StepArrays::Handle key_lists_h = arrays.reserve_i32(list_size);  // written by fill_index_ranges
     const KeptRows window_rows = plan_kept_rows(window_keep, window_dst, kv.f32(), d, arrays);
     arrays.upload_staged();
 
@@ -475,8 +476,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     if (L.has_indexer) run_compress(layer, index_plan, true, ikv, igate, arrays);
     Tensor keys = alloc(Shape{static_cast<int64_t>(key_rows.size()), d});
     be.gather_rows(keys, arrays.view(key_rows_h));
-    Tensor key_lists = be.alloc(DType::kI32, Shape{list_size});
-    const TensorView key_list = key_lists.view();
+    const TensorView key_list = arrays.view(key_lists_h);
     be.fill_index_ranges(key_list, arrays.view(key_runs_h).reshape(Shape{T, 5}));
     if (!csa.empty()) {
         // The indexer scores each sequence's entries for its queries and fills their CSA slots with the top ones:
