@@ -405,8 +405,10 @@ __global__ void __launch_bounds__(kSampleThreads)
         float* compact_logits = reinterpret_cast<float*>(compact_ids + kCompactCap);
         for (int64_t i = j0; i < j1; ++i) {
             const float l = row.logit(i);
-            if (inside(l)) compact_ids[at] = static_cast<int>(i), compact_logits[at++] = l;
+            // The counting pass's predicate, so total <= kCompactCap; the check only guards shared memory.
+            if (inside(l) && at < kCompactCap) compact_ids[at] = static_cast<int>(i), compact_logits[at++] = l;
         }
+        total = min(total, static_cast<double>(kCompactCap));
         __syncthreads();
         if (!use_k && bound < kBounds) rc.p_total = mass[kBounds];  // top_p over every candidate, not the items
         id = choose(CompactItems{compact_ids, compact_logits, static_cast<int64_t>(total)}, rc, sh);
