@@ -22,9 +22,8 @@ namespace {
 using testing_support::HostWeight;
 using testing_support::make_weight;
 using testing_support::rel_error;
-
-constexpr double kBf16Bound = 3e-2;
-constexpr double kSameInputsBound = 1e-4;
+using testing_support::kBf16Bound;
+using testing_support::kSameInputsBound;
 
 // The checks shared by the kernels; the fixtures below pick the DEEPINFER_CUDA_GEMM mode.
 class GemmCompare : public testing_support::CudaCompare {

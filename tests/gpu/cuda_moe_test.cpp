@@ -30,10 +30,10 @@ namespace {
 using testing_support::HostWeight;
 using testing_support::make_weight;
 using testing_support::rel_error;
+using testing_support::kBf16Bound;
+using testing_support::kBound;
+using testing_support::kSameInputsBound;
 
-constexpr double kBound = 1e-5;
-constexpr double kBf16Bound = 3e-2;
-constexpr double kSameInputsBound = 1e-4;
 
 class CudaMoe : public testing_support::CudaCompare {
 public:

@@ -25,7 +25,7 @@ TEST(CudaMovement, GatherAndScatterMatchTheCpu) {
     std::mt19937 rng(17);
     // Widths: float4 rows (512, 4096), odd ones (scalar path), a row shorter than the block.
     for (const int64_t c : {512, 4096, 13, 3}) {
-        const int64_t pool_rows = 300, r = 70001;  // more rows than one grid dimension holds
+        const int64_t pool_rows = 300, r = 70001;  // more than 65,535 rows (one block each)
         std::vector<float> pool(static_cast<size_t>(pool_rows * c + 1));
         for (float& v : pool) v = static_cast<float>(rng() % 100000);
         Tensor pool_d = gpu->alloc(DType::kF32, Shape{static_cast<int64_t>(pool.size())});

@@ -23,8 +23,7 @@ namespace {
 using testing_support::HostWeight;
 using testing_support::make_weight;
 using testing_support::rel_error;
-
-constexpr double kBound = 1e-5;
+using testing_support::kBound;
 
 // This file checks the exact fp32 paths: products of more than 8 rows on the tiled kernel
 // (cuda_gemm_tc_test.cpp covers the tensor-core one at the bf16 bound).

@@ -18,6 +18,12 @@
 
 namespace deepinfer::testing_support {
 
+// The tolerance table's bounds for a CUDA op against the CPU op (relative error): the exact fp32 paths, the
+// products from bf16 inputs, and those products against the CPU fed the same bf16-rounded inputs.
+constexpr double kBound = 1e-5;
+constexpr double kBf16Bound = 3e-2;
+constexpr double kSameInputsBound = 1e-4;
+
 // CPU and CUDA backends (the CUDA one with products of more than 8 rows on the given DEEPINFER_CUDA_GEMM
 // kernel) and a generator seeded afresh each run.
 class CudaCompare : public ::testing::Test {

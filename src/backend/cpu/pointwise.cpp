@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "deepinfer/error.h"
 #include "sample/sampler.h"
 
 namespace deepinfer {
@@ -160,15 +161,17 @@ void CpuBackend::argmax_rows(TensorView ids, TensorView logits) {
 void CpuBackend::sample_rows(TensorView ids, TensorView logits, const std::vector<SampleRow>& rows) {
     const int64_t n = logits.dim(0), v = logits.dim(1);
     DI_ICHECK(ids.numel() == n && static_cast<int64_t>(rows.size()) == n && v > 0, "sample_rows shapes");
-    argmax_rows(ids, logits);  // -1 marks the rows no option can decide
     int32_t* out = ids.as<int32_t>();
     pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
         for (int64_t r = b; r < e; ++r) {
-            if (out[r] < 0) continue;
             const SampleRow& o = rows[r];
             const SamplingOptions opts{o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
-            out[r] = sample_token(std::span<const float>(logits.f32() + r * v, static_cast<size_t>(v)), opts,
-                                  o.token_index);
+            try {
+                out[r] = sample_token(std::span<const float>(logits.f32() + r * v, static_cast<size_t>(v)), opts,
+                                      o.token_index);
+            } catch (const Error&) {  // argmax_rows' -1 rows: a NaN first logit, or every logit masked
+                out[r] = -1;
+            }
         }
     });
 }

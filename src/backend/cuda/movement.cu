@@ -1,6 +1,6 @@
 // Row gather/scatter through device addresses, index lists from runs, element-wise add and scale, the MoE
 // combine.
-#include <algorithm>
+#include <cstdint>
 
 #include "backend/cuda/kernels.h"
 
@@ -8,15 +8,20 @@ namespace deepinfer::cuda {
 
 namespace {
 
-// One block per row (gridDim.y chunks of 65,535 rows), float4 copies where both ends are 16-byte aligned: a
-// thread per element with a 64-bit division each ran the decode's key gathers at ~1.5 TB/s.
+// One block per row, float4 copies where both ends are 16-byte aligned: a thread per element with a 64-bit
+// division each ran the decode's key gathers at ~1.5 TB/s.
 constexpr int kCopyThreads = 128;
+
+// A block per row (the grid's x dimension takes up to 2^31 - 1 of them).
+unsigned row_grid(int64_t r) {
+    DI_ICHECK(r <= INT32_MAX, "row movement: ", r, " rows");
+    return static_cast<unsigned>(r);
+}
 
 template <bool kGather>  // gather: dst [r, c] from rows[i]; scatter: rows[i] from src [r, c]
 __global__ void __launch_bounds__(kCopyThreads)
-    copy_rows_kernel(float* const* __restrict__ rows, float* __restrict__ packed, int64_t r, int64_t c) {
-    const int64_t i = static_cast<int64_t>(blockIdx.y) * 65535 + blockIdx.x;
-    if (i >= r) return;
+    copy_rows_kernel(float* const* __restrict__ rows, float* __restrict__ packed, int64_t c) {
+    const int64_t i = blockIdx.x;
     float* row = rows[i];
     float* line = packed + i * c;
     const float* from = kGather ? row : line;
@@ -33,15 +38,13 @@ __global__ void __launch_bounds__(kCopyThreads)
 template <bool kGather>
 void launch_copy_rows(float* const* rows, float* packed, int64_t r, int64_t c, cudaStream_t stream) {
     if (r * c == 0) return;
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(r, 65535)), static_cast<unsigned>((r + 65534) / 65535));
-    copy_rows_kernel<kGather><<<grid, kCopyThreads, 0, stream>>>(rows, packed, r, c);
+    copy_rows_kernel<kGather><<<row_grid(r), kCopyThreads, 0, stream>>>(rows, packed, c);
     DI_CUDA_LAUNCH_CHECK();
 }
 
 // One block per row of runs [R, 5] = (at, a, na, b, nb).
-__global__ void fill_index_ranges_kernel(int32_t* __restrict__ dst, const int32_t* __restrict__ runs, int64_t r) {
-    const int64_t q = static_cast<int64_t>(blockIdx.y) * 65535 + blockIdx.x;
-    if (q >= r) return;
+__global__ void fill_index_ranges_kernel(int32_t* __restrict__ dst, const int32_t* __restrict__ runs) {
+    const int64_t q = blockIdx.x;
     const int32_t* run = runs + 5 * q;
     const int64_t at = run[0], a = run[1], na = run[2], b = run[3], nb = run[4];
     for (int64_t i = threadIdx.x; i < na + nb; i += kCopyThreads)
@@ -83,8 +86,7 @@ void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_
 
 void launch_fill_index_ranges(int32_t* dst, const int32_t* runs, int64_t r, cudaStream_t stream) {
     if (r == 0) return;
-    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(r, 65535)), static_cast<unsigned>((r + 65534) / 65535));
-    fill_index_ranges_kernel<<<grid, kCopyThreads, 0, stream>>>(dst, runs, r);
+    fill_index_ranges_kernel<<<row_grid(r), kCopyThreads, 0, stream>>>(dst, runs);
     DI_CUDA_LAUNCH_CHECK();
 }
 

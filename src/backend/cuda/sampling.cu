@@ -22,13 +22,13 @@ __device__ __forceinline__ void keep_better(float& v, int64_t& i, float ov, int6
     }
 }
 
-// One block per row of logits [rows, vocab]; NaN entries are skipped.
-__global__ void __launch_bounds__(kArgmaxThreads)
-    argmax_rows_kernel(int32_t* __restrict__ ids, const float* __restrict__ logits, int64_t vocab) {
-    const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
+// The greedy token of one row of logits, for the whole block (kArgmaxThreads threads): the largest logit, the
+// lowest id on ties, NaN entries skipped; -1 where the host sampler reports an error (a NaN first logit, no logit
+// above -inf). *top_value gets the largest logit. Every thread gets the result (it synchronizes the block).
+__device__ int64_t block_argmax(const float* row, int64_t vocab, float* top_value) {
     float v = 0.0f;
     int64_t idx = -1;
-    if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0) {
+    if (vocab % 4 == 0 && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
         const float4* row4 = reinterpret_cast<const float4*>(row);
         const int64_t n4 = vocab / 4;
         for (int64_t j0 = threadIdx.x; j0 < n4; j0 += 4 * kArgmaxThreads) {
@@ -60,17 +60,22 @@ __global__ void __launch_bounds__(kArgmaxThreads)
     }
     __shared__ float sv[kArgmaxThreads / 32];
     __shared__ int64_t si[kArgmaxThreads / 32];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) {
-        sv[warp] = v;
-        si[warp] = idx;
+    if (threadIdx.x % 32 == 0) {
+        sv[threadIdx.x / 32] = v;
+        si[threadIdx.x / 32] = idx;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < kArgmaxThreads / 32; ++w) keep_better(v, idx, sv[w], si[w]);
-        const bool ok = !isnan(row[0]) && idx >= 0 && v > -INFINITY;
-        ids[blockIdx.x] = ok ? static_cast<int32_t>(idx) : -1;
-    }
+    for (int w = 0; w < kArgmaxThreads / 32; ++w) keep_better(v, idx, sv[w], si[w]);
+    *top_value = v;
+    return !isnan(row[0]) && idx >= 0 && v > -INFINITY ? idx : -1;
+}
+
+// One block per row of logits [rows, vocab].
+__global__ void __launch_bounds__(kArgmaxThreads)
+    argmax_rows_kernel(int32_t* __restrict__ ids, const float* __restrict__ logits, int64_t vocab) {
+    float top_value;
+    const int64_t top = block_argmax(logits + static_cast<int64_t>(blockIdx.x) * vocab, vocab, &top_value);
+    if (threadIdx.x == 0) ids[blockIdx.x] = static_cast<int32_t>(top);
 }
 
 // ---- Sampling (Backend::sample_rows), one block per row, the rules of sample_token() -------------------------
@@ -87,7 +92,7 @@ __global__ void __launch_bounds__(kArgmaxThreads)
 // order (ties, the draw) give each thread a contiguous run of items: its sequential sum, then a block scan.
 // Weights are summed in double in an order fixed by the thread layout, so a row's draw is repeatable.
 // H200: 157 us for one row of 129,280 logits (top_p 0.9, a peaked row), 190 us for 128 rows.
-constexpr int kSampleThreads = 1024, kSampleWarps = kSampleThreads / 32;
+constexpr int kSampleThreads = kArgmaxThreads, kSampleWarps = kSampleThreads / 32;
 
 __device__ __forceinline__ uint32_t rank_key(float x) {
     const uint32_t b = __float_as_uint(x == 0.0f ? 0.0f : x);
@@ -339,25 +344,9 @@ __global__ void __launch_bounds__(kSampleThreads)
     extern __shared__ int compact_ids[];  // [kCompactCap] ids, then [kCompactCap] logits
 
     // The greedy token, as argmax_rows_kernel picks it.
-    float v = 0.0f;
-    int64_t top = -1;
-    row.strided([&](int64_t i, float l) {
-        if (!isnan(l)) keep_better(v, top, l, i);
-    });
-    for (int off = 16; off > 0; off /= 2) {
-        const float ov = __shfl_xor_sync(0xffffffffu, v, off);
-        const int64_t oi = __shfl_xor_sync(0xffffffffu, top, off);
-        keep_better(v, top, ov, oi);
-    }
-    __shared__ float wv[kSampleWarps];
-    __shared__ int64_t wi[kSampleWarps];
-    if (threadIdx.x % 32 == 0) {
-        wv[threadIdx.x / 32] = v;
-        wi[threadIdx.x / 32] = top;
-    }
-    __syncthreads();
-    for (int w = 0; w < kSampleWarps; ++w) keep_better(v, top, wv[w], wi[w]);
-    if (isnan(row.row[0]) || top < 0 || !(v > -INFINITY)) {
+    float v;
+    const int64_t top = block_argmax(row.row, vocab, &v);
+    if (top < 0) {
         if (threadIdx.x == 0) ids[blockIdx.x] = -1;
         return;
     }
