@@ -556,7 +556,7 @@ int main(int argc, char** argv) {
         {"head", 129280, 4096, 0, 1, 0, 1},       {"router gate", 256, 4096, 0, 1, 0, 1},
     };
     float *x = nullptr, *out_new = nullptr, *out_old = nullptr;
-    const int64_t max_x = 8 * 8 * 4096, max_out = 8 * 129280;
+    const int64_t max_x = 32 * 8 * 4096, max_out = 32 * 129280;
     CHECK(cudaMalloc(&x, max_x * 4));
     CHECK(cudaMalloc(&out_new, max_out * 4));
     CHECK(cudaMalloc(&out_old, max_out * 4));
@@ -602,6 +602,23 @@ int main(int argc, char** argv) {
                 std::printf(" %10.2f %7.2fx %9.1e", old_us, old_us / us, ref > 0 ? diff / ref : diff);
             }
             std::printf("\n");
+        }
+        // The tensor-core GEMV at batched-decode row counts, the groups sharing a launch as in the backend.
+        for (int rows : {8, 16, 32}) {
+            if (!gemv_tc_applies(rows, copies[0].d)) continue;
+            auto call = [&](int i) {
+                const WeightDesc& d = copies[i % copies.size()].d;
+                const int64_t r = c.n / c.groups;
+                std::vector<GemvJob> jobs;
+                for (int g = 0; g < c.groups; ++g)
+                    jobs.push_back({out_new + g * r, c.n, x + g * c.k, c.groups * c.k, d, g * r, r});
+                launch_gemv_tc_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
+            };
+            for (int i = 0; i < 10; ++i) call(i);
+            const double us = deepinfer::bench::mean_call_us(iters, call);
+            const double gbs = static_cast<double>(bytes) / us / 1e3;
+            std::printf("%-18s %-9s %-14s %4d %10.2f %8.0f %6.1f%%   (tensor-core GEMV)\n", c.name, dtype_label(c),
+                        shape, rows, us, gbs, 100.0 * gbs / bandwidth);
         }
         for (Matrix& m : copies) {
             CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));

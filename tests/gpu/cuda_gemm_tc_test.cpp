@@ -169,9 +169,10 @@ TEST_F(CudaGemmAuto, BothSidesOfTheThreshold) {
     }
 }
 
-// 2..16 rows in the bf16 modes take the tensor-core GEMV (gemv_tc.cu): every weight kind (FP8 with 32-wide
-// scale blocks, smaller than its 64-wide k blocks, stays on the fp32 GEMV). n = 77 ends in a partial tile of 16
-// features; k = 4096 with 40 features and k = 8192 (staged in slices of 2048 over 4 ranks) split K over a
+// 2..32 rows in the bf16 modes take the tensor-core GEMV (gemv_tc.cu; 17..32 rows on two MMA row tiles): every
+// weight kind (FP8 with 32-wide scale blocks, smaller than its 64-wide k blocks, stays on the fp32 GEMV up to 8
+// rows and takes the tensor-core GEMM above). n = 77 ends in a partial tile of 16 features; k = 4096 with 40
+// features and k = 8192 (staged in slices of 2048 over 4 ranks, or of 1024 over 8 above 16 rows) split K over a
 // cluster; n = 5000 makes blocks loop over tiles; k = 128 is one k block of FP4.
 TEST_F(CudaGemmTc, GemvTensorCoresEveryKindAndRowCount) {
     struct Shape2 {
@@ -181,22 +182,24 @@ TEST_F(CudaGemmTc, GemvTensorCoresEveryKindAndRowCount) {
         for (Shape2 s : {Shape2{77, 256}, Shape2{40, 4096}, Shape2{300, 8192}, Shape2{5000, 128}}) {
             const HostWeight hw = make_weight(rng_, format, s.n, s.k);  // once per shape: most of the time
             const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
-            for (int64_t t = 2; t <= 16; ++t)
+            for (int64_t t = 2; t <= 32; ++t)
                 check(format, hw, dw, t, 1, format != 2 || t > 8);  // format 2 up to 8 rows: the fp32 GEMV
         }
     }
 }
 
-// Grouped at decode row counts: per group w_row0 = g * 96 and ldc = 4 * 96.
+// Grouped at decode row counts, the groups sharing a launch: per group w_row0 = g * 96 and ldc = 4 * 96. With
+// 4 x 5000 features a block's contiguous range of tiles crosses from one group (one staged input) into the next.
 TEST_F(CudaGemmTc, GemvTensorCoresGrouped) {
     for (int format : {1, 4, 6}) {
-        for (int64_t t : {2, 5, 8, 9, 16}) check(format, t, 4 * 96, 256, 4);
+        for (int64_t t : {2, 5, 8, 9, 16, 17, 24, 32}) check(format, t, 4 * 96, 256, 4);
+        for (int64_t t : {3, 24}) check(format, t, 4 * 5000, 256, 4);
     }
 }
 
 // Backend::linears: several weights of one input. On the fp32 GEMV (1 row, and every row count in tiled mode)
-// the compatible ones share a launch (here FP8 of two heights, then BF16, then FP8 again: three launches);
-// otherwise each runs as linear() does.
+// and on the tensor-core GEMV (2..32 rows in tc mode) the compatible ones share a launch (here FP8 of two
+// heights, then BF16, then FP8 again: three launches); otherwise each runs as linear() does.
 class CudaLinears : public GemmCompare {
 public:
     explicit CudaLinears(const char* mode = "tiled") : GemmCompare(mode) {}
@@ -213,7 +216,7 @@ protected:
         std::vector<LinearWeight> dw;
         for (const Spec& sp : specs) hw.push_back(make_weight(rng_, sp.format, sp.n, k));
         for (HostWeight& h : hw) dw.push_back(to_backend(*gpu_, h.w, &storage_));
-        for (int64_t t : {1, 3, 8}) {
+        for (int64_t t : {1, 3, 8, 20, 32, 40}) {
             Tensor x = host(randn(t * k), Shape{t, k}), xd = device(x);
             std::vector<Tensor> outs, refs;
             std::vector<Backend::Projection> gpu_p, cpu_p;

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/experts_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/lanes.h"
 #include "backend/cuda/op_profiler.h"
@@ -20,11 +21,9 @@
 
 namespace deepinfer {
 
-namespace {
+namespace cuda {
 
-using cuda::WeightDesc;
-
-WeightDesc describe(const LinearWeight& w) {
+WeightDesc describe_weight(const LinearWeight& w) {
     WeightDesc d{};
     d.data = static_cast<const uint8_t*>(w.data.data());
     d.scale = static_cast<const uint8_t*>(w.scale.data());
@@ -51,6 +50,14 @@ WeightDesc describe(const LinearWeight& w) {
     }
     return d;
 }
+
+}  // namespace cuda
+
+namespace {
+
+using cuda::WeightDesc;
+
+WeightDesc describe(const LinearWeight& w) { return cuda::describe_weight(w); }
 
 cuda::HcDesc describe(const HcParams& p) {
     return cuda::HcDesc{p.fn, p.base, p.scale, p.n, p.sinkhorn_iters, p.hc_eps, p.norm_eps};
@@ -193,12 +200,11 @@ public:
         const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
         DI_ICHECK(w.rows % groups == 0 && x.numel() == t * groups * k && out.numel() == t * w.rows, "grouped_linear");
         const WeightDesc d = describe(w);
-        if (fp32_gemv(t, d)) {  // the groups in one launch
+        if (fp32_gemv(t, d) || tc_gemv(t, d)) {  // the groups in one launch
             std::vector<cuda::GemvJob> jobs;
             for (int g = 0; g < groups; ++g)
                 jobs.push_back({out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, d, g * r, r});
-            const auto op = profiler_->scope(t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
-            cuda::launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), t, stream_);
+            gemv_jobs(jobs, t);
             return;
         }
         for (int g = 0; g < groups; ++g)
@@ -211,17 +217,33 @@ public:
             DI_ICHECK(x.ndim() == 2 && x.dim(1) == p.w->cols && p.out.numel() == t * p.w->rows, "linears ",
                       p.w->name);
             const WeightDesc d = describe(*p.w);
-            if (!fp32_gemv(t, d)) {  // not all on the fp32 GEMV: each on its own kernel
+            // Not all on one GEMV (fp32 or tensor cores): each on its own kernel.
+            if (!(jobs.empty() ? fp32_gemv(t, d) || tc_gemv(t, d) : same_gemv(t, jobs[0].w, d))) {
                 Backend::linears(x, projections);
                 return;
             }
             jobs.push_back({p.out.f32(), p.w->rows, x.f32(), p.w->cols, d, 0, p.w->rows});
         }
         // Decode rows: the projections of each weight kind share a launch.
-        const auto op = profiler_->scope(t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
-        cuda::launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), t, stream_);
+        gemv_jobs(jobs, t);
     }
-    // 2..16 rows go to the tensor-core GEMV where the GEMM mode computes from bf16 inputs anyway; one row stays
+    // Whether b goes to the same GEMV as a (the first job's weight) at t rows.
+    bool same_gemv(int64_t t, const WeightDesc& a, const WeightDesc& b) const {
+        return fp32_gemv(t, a) ? fp32_gemv(t, b) : tc_gemv(t, a) && tc_gemv(t, b);
+    }
+    // Products that all take the fp32 GEMV or all the tensor-core one (same_gemv()), in shared launches.
+    void gemv_jobs(const std::vector<cuda::GemvJob>& jobs, int64_t t) {
+        if (jobs.empty()) return;
+        if (tc_gemv(t, jobs[0].w)) {
+            const auto op = profiler_->scope(t <= 16 ? "matmul gemv tensor cores 2-16 rows"
+                                                     : "matmul gemv tensor cores 17-32 rows");
+            cuda::launch_gemv_tc_jobs(jobs.data(), static_cast<int>(jobs.size()), t, stream_);
+        } else {
+            const auto op = profiler_->scope(t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
+            cuda::launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), t, stream_);
+        }
+    }
+    // 2..32 rows go to the tensor-core GEMV where the GEMM mode computes from bf16 inputs anyway; one row stays
     // on the fp32 GEMV (memory-bound either way, and exact). Batch-invariant mode takes neither (see matmul()).
     bool tc_gemv(int64_t rows, const WeightDesc& d) const {
         return !batch_invariant_ && gemm_mode_ != GemmMode::kTiled && cuda::gemv_tc_applies(rows, d);
@@ -234,6 +256,18 @@ public:
     bool tc_experts(int64_t rows) const {
         if (gemm_mode_ == GemmMode::kTiled) return false;
         return gemm_mode_ == GemmMode::kTc || batch_invariant_ || rows > cuda::kExpertTcMinRows;
+    }
+    // Prefill's routed experts on the fused wgmma kernels (experts_wgmma.cu: FP4 decoded into the tensor cores'
+    // operands, about twice the rate of dequantizing each expert for cuBLAS) in the auto and tc modes, where they
+    // apply; batch-invariant mode keeps the tensor-core GEMM (the wgmma tile width follows a run's length), cublas
+    // and tiled modes their kernels.
+    bool wgmma_experts(const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
+                       const std::vector<LinearWeight>& w2) {
+        if (batch_invariant_ || (gemm_mode_ != GemmMode::kAuto && gemm_mode_ != GemmMode::kTc)) return false;
+        const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
+        return t1.host.size() == t3.host.size() && t1.host.size() == t2.host.size() &&
+               cuda::grouped_experts_wgmma_applies(t1.host.data(), t3.host.data(), t2.host.data(),
+                                                   static_cast<int>(t1.host.size()));
     }
     bool fp32_gemv(int64_t rows, const WeightDesc& d) const {
         return !batch_invariant_ && !tc_gemv(rows, d) && cuda::gemv_applies(rows, d);
@@ -249,7 +283,8 @@ public:
         const bool cublas = !batch_invariant_ && (gemm_mode_ == GemmMode::kCublas ||
                                                   (gemm_mode_ == GemmMode::kAuto && rows >= cuda::kCublasMinRows));
         if (tc_gemv(rows, d)) {
-            const auto op = scope(lane, "matmul gemv tensor cores 2-8 rows");
+            const auto op = scope(lane, rows <= 16 ? "matmul gemv tensor cores 2-16 rows"
+                                                   : "matmul gemv tensor cores 17-32 rows");
             cuda::launch_gemv_tc(out, ldc, x, lda, rows, d, w_row0, n_out, lane.stream);
         } else if (fp32_gemv(rows, d)) {
             const auto op = scope(lane, rows == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
@@ -461,6 +496,19 @@ public:
                          const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
                          float swiglu_limit) override {
         const std::vector<int64_t> starts = expert_run_starts(x, counts, w1, w3, w2);
+        if (wgmma_experts(w1, w3, w2)) {
+            const auto op = profiler_->scope("grouped_experts wgmma");
+            const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
+            const std::vector<uint8_t> plan =
+                cuda::grouped_experts_wgmma_plan(starts.data(), static_cast<int>(counts.size()), t1.host.data(),
+                                                 t3.host.data(), t2.host.data(), w1[0].cols, w1[0].rows);
+            DI_ICHECK(plan.size() % 16 == 0, "grouped_experts: a plan of ", plan.size(), " bytes");
+            Tensor device_plan = alloc(DType::kI32, Shape{static_cast<int64_t>(plan.size() / 4)});
+            upload(device_plan, plan.data());
+            cuda::launch_grouped_experts_wgmma(x.f32(), x.dim(0), plan, device_plan.view().data(), w1[0].cols,
+                                               w1[0].rows, swiglu_limit, stream_);
+            return;
+        }
         const std::vector<std::vector<int>> dealt = deal_experts(counts, expert_lanes_count_);
         if (dealt.empty()) return;
         const auto op = profiler_->scope("grouped_experts");

@@ -314,15 +314,8 @@ bool same_launch(const GemvJob& a, const GemvJob& b) {
 
 void launch_gemv_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream) {
     // Jobs in their given order, consecutive compatible ones in one launch.
-    std::vector<GemvJob> live;
-    for (int i = 0; i < count; ++i)
-        if (jobs[i].n_out > 0) live.push_back(jobs[i]);
-    for (size_t i = 0; i < live.size();) {
-        size_t end = i + 1;
-        while (end < live.size() && end - i < kMaxSegments && same_launch(live[i], live[end])) ++end;
-        launch_segments(live.data() + i, static_cast<int>(end - i), rows, stream);
-        i = end;
-    }
+    for_each_shared_launch(jobs, count, kMaxSegments, same_launch,
+                           [&](const GemvJob* first, int n) { launch_segments(first, n, rows, stream); });
 }
 
 void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,

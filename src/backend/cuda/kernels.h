@@ -7,8 +7,12 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "core/weight.h"
 
 namespace deepinfer::cuda {
+
+// A device weight as the kernels see it (cuda_backend.cu; the dtype of a dense weight is checked there).
+WeightDesc describe_weight(const LinearWeight& w);
 
 // out[t, n] (row stride ldc) = sum_k x[t, k] (row stride lda) * W[w_row0 + n, k], t < rows, n < n_out.
 void launch_gemm(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
@@ -76,12 +80,14 @@ struct GemvJob {
     int64_t w_row0, n_out;
 };
 void launch_gemv_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
-// The same product for 2..16 rows on the tensor cores, from bf16-rounded activations and weights (the numerics
-// of the tensor-core GEMM). Applies when K is whole blocks of 4 16-byte chunks and each chunk lies in one
-// scale block (FP4: one group per chunk).
+// The same product for 2..32 rows on the tensor cores, from bf16-rounded activations and weights (the numerics
+// of the tensor-core GEMM). Applies when K is whole blocks of 4 16-byte chunks, each chunk lies in one scale
+// block (FP4: one group per chunk), and K fits 8 staged slices (16,384 up to 16 rows, 8,192 above).
 bool gemv_tc_applies(int64_t rows, const WeightDesc& w);
 void launch_gemv_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                     int64_t w_row0, int64_t n_out, cudaStream_t stream);
+// Several of them (each gemv_tc_applies()), consecutive ones of one weight kind and K sharing a launch.
+void launch_gemv_tc_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
 void launch_embedding(float* out, const WeightDesc& table, const int32_t* ids, int64_t rows, cudaStream_t stream);
 
 void launch_rms_norm(float* out, const float* x, const float* weight, int64_t rows, int64_t cols, float eps,

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
 
@@ -53,6 +54,21 @@ void launch_clustered(Kernel kernel, dim3 grid, int cluster_x, int threads, int 
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+}
+
+// Calls launch(first, n) for each run of consecutive jobs (those with n_out > 0, in their order) that `same`
+// lets share a launch, at most max_per_launch a run.
+template <typename Job, typename Same, typename Launch>
+void for_each_shared_launch(const Job* jobs, int count, int max_per_launch, Same same, Launch launch) {
+    std::vector<Job> live;
+    for (int i = 0; i < count; ++i)
+        if (jobs[i].n_out > 0) live.push_back(jobs[i]);
+    for (size_t i = 0; i < live.size();) {
+        size_t end = i + 1;
+        while (end < live.size() && end - i < static_cast<size_t>(max_per_launch) && same(live[i], live[end])) ++end;
+        launch(live.data() + i, static_cast<int>(end - i));
+        i = end;
+    }
 }
 
 }  // namespace deepinfer::cuda

@@ -1,0 +1,702 @@
+// Prefill's routed experts on Hopper wgmma (sm_90a): x [R, D] f32, rows sorted into runs by expert, in place
+// x_run = W2_e . swiglu(W1_e . x_run, W3_e . x_run), with FP4 weights (e2m1, E8M0 scale per 32) decoded straight
+// into the A fragments of wgmma.mma_async and never written out as bf16.
+//
+// Three launches on the stream:
+//  0. xb [R, D] bf16 = x rounded to nearest even once, k permuted inside each block of 128 columns (below);
+//  1. gate/up: per tile (expert e, 128 features f0 of I, up to 128 rows of e's run) G = W1 X^T and U = W3 X^T
+//     on wgmma, h = swiglu(G, U) in fp32 in the epilogue, h [R, I] written as bf16 (same k permutation: h is
+//     the down product's B operand);
+//  2. down: per tile (e, 256 features of D, up to 128 rows) x = W2 h^T in f32 (x was only read by launch 0).
+//
+// A tile is out^T = W_tile . X_tile^T: M = weight rows (features), N = tokens, K = D or I. Persistent CTAs (one
+// per SM) of 384 threads: two consumer warpgroups (232 registers) and a producer warpgroup (40, setmaxnreg).
+// Each consumer warpgroup owns two 64-row A slices (gate/up: W1 and W3 rows of the same 64 features, so the
+// epilogue pairs them; down: two slices of 64 W2 rows) and one f32 accumulator of m64 x N per slice (2 x 64
+// registers at N = 128), and stores its results straight from them (no staging, no block barrier), so one
+// warpgroup's epilogue overlaps the other's products and the producer's loads of the next tile (the ring and its
+// barrier phases run on across a CTA's tiles: +7% over one CTA a tile). The producer streams stages of 128 k through a
+// 4-deep ring guarded by mbarriers (full: cp.async.mbarrier.arrive.noinc of the 128 producer threads; empty:
+// the 256 consumer threads): the B tile (N rows x 128 k bf16, K-major, 128-byte swizzle: two 64-wide column
+// blocks of 8-row x 128-byte atoms, SBO 1024) and the A slices as raw FP4 bytes (4 x 64 rows x 64 bytes) plus
+// their E8M0 bytes. Why FP4 through shared memory rather than straight from global into registers: the stage
+// ring then hides the L2/HBM latency of both operands with no register prefetch buffers (the consumers already
+// hold 128 accumulators), the weight bytes per stage are a third of the activation bytes (16 KB vs 32 KB) and
+// each consumer lane reads its 16-byte chunk once (conflict-free ld.shared.v4) and decodes it once.
+//
+// A fragments and the k permutation. In a 128-k stage, lane 4 g + c of a warp reads for its rows g and g + 8
+// the 16-byte chunk c (k 32 c .. 32 c + 31: one whole scale group) and decodes it one 32-bit word (8 codes) at
+// a time with fp4_word_to_bf16, which yields the pairs (j, j + 4), j = 0..3 of the word's codes. wgmma step
+// s = 2 w + t (16 k each, 8 steps a stage) uses word w: a0 = pair 2 t (row g), a2 = pair 2 t + 1 (row g), a1/a3
+// the same for row g + 8. The A fragment wants a0 = logical k 2c, 2c+1 and a2 = 2c+8, 2c+9 of the step, so
+// logical k p (0..15) of step s is the real k
+//     kperm(16 s + p) = 32 ((p & 7) >> 1) + 8 (s >> 1) + 2 (s & 1) + (p >> 3) + 4 (p & 1)
+// (a bijection of 0..127). A dot product does not care about k order, so B is stored in that order: column
+// 16 s + p of each 128-block of xb (and of h) holds real column kperm(16 s + p). Launch 0 gathers x that way;
+// launch 1's epilogue scatters h that way (a gate/up feature tile is exactly one 128-block of the down K).
+//
+// Tiles: rows of a run in tiles of 128, the last one rounded up to a wgmma width of 16, 32, 64 or 128 (rows past
+// the run's end are zero-filled B rows and never written); a run of 0 rows makes no tile. The tile list is
+// ordered expert-major, then feature tile, then token tile, and CTA b takes tiles b, b + #SMs, ..., so the CTAs
+// running at once share one expert's weight tile (its token tiles are adjacent) and its activations (its feature
+// tiles follow) through L2.
+//
+// Work at D = 4096, I = 2048, 256 experts x 384 rows (16,384 tokens x top-6): 2 R D (2 I) + 2 R I D = 6 R D I
+// = 4.95 TFLOP. Bytes: weights 3.3 GB FP4 + 0.1 GB scales, read once from HBM per expert and ~3x (token tiles)
+// from L2; x read 1.6 GB + xb written 0.8 GB (launch 0); xb read 16x (feature tiles of I) from L2, 12.9 GB;
+// h 0.4 GB written, read 16x (feature tiles of D) from L2; x written 1.6 GB. At 450 TFLOP/s the op is 11 ms
+// and its HBM traffic (~8 GB) about 2 ms of it. Decode: ~3 instructions a weight per token tile, one issue
+// slot per ~20 tensor-core cycles of the m64n128 products it feeds, so it overlaps the MMAs.
+// Measured on an H200 (256 x 384 rows, D 4096, I 2048): 10.3 ms = 480 TFLOP/s for the op (launch 0 0.56 ms,
+// gate/up 6.6 ms = 500 TFLOP/s, down 2.9 ms = 574 TFLOP/s); the backend's dequantize + cuBLAS path 21 ms.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "backend/cuda/bf16_mma.cuh"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/experts_wgmma.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+#include "deepinfer/error.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kBK = 128;        // k per stage
+constexpr int kBN = 128;        // tokens per tile (at most)
+constexpr int kSliceRows = 64;  // weight rows per A slice (wgmma M)
+constexpr int kSlices = 4;      // two per consumer warpgroup
+constexpr int kStages = 4;
+constexpr int kConsumerThreads = 256;  // two warpgroups
+constexpr int kProducerThreads = 128;  // one warpgroup (setmaxnreg works on warpgroups)
+constexpr int kThreads = kConsumerThreads + kProducerThreads;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 40 + 2 x 232 <= 65536 / 128
+static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "register file");
+constexpr int kGateUpFeatures = 128;  // I features per gate/up tile (64 per warpgroup, W1 and W3 each)
+constexpr int kDownFeatures = 256;    // D features per down tile
+
+constexpr int kColBlockBytes = kBN * 128;                 // one 64-wide k column block of B: kBN rows of 128 bytes
+constexpr int kBBytes = 2 * kColBlockBytes;               // 32768
+constexpr int kSliceWBytes = kSliceRows * kBK / 2;        // 4096: 64 rows x 64 bytes of FP4
+constexpr int kWBytes = kSlices * kSliceWBytes;           // 16384
+constexpr int kSliceSBytes = kSliceRows * kBK / 32;       // 256: 64 rows x 4 scale bytes
+constexpr int kSBytes = kSlices * kSliceSBytes;           // 1024
+constexpr int kStageBytes = kBBytes + kWBytes + kSBytes;  // 50176
+constexpr int kRingBytes = kStages * kStageBytes;
+constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kStages * 8;  // alignment slack, ring, barriers
+static_assert(kStageBytes % 1024 == 0, "stages keep the 128-byte swizzle atoms 1024-byte aligned");
+
+struct Tile {
+    int expert, feature0, row0, rows;  // rows 1..kBN
+};
+struct PlanHeader {
+    int64_t tiles1, tiles2;  // gate/up and down tiles
+};
+struct ExpertPtrs {
+    const uint8_t* data[3];   // w1, w3, w2 FP4 bytes
+    const uint8_t* scale[3];  // their E8M0 bytes
+};
+struct Params {
+    const Tile* tiles;
+    int num_tiles;  // a persistent CTA takes tiles blockIdx.x, + gridDim.x, ...
+    const ExpertPtrs* experts;
+    const uint16_t* act;  // B source [R, k] bf16 bits, k permuted per 128-block
+    void* out;            // gate/up: h [R, out_cols] bf16 bits (permuted); down: x [R, out_cols] f32
+    int k;                // the product's K
+    int out_cols;
+    float limit;  // SwiGLU clamp (gate/up; 0: none)
+};
+
+// Real column (within a 128-block) of stored column q; see the header comment.
+__host__ __device__ constexpr int kperm(int q) {
+    return 32 * ((q & 7) >> 1) + 8 * (q >> 5) + 2 * ((q >> 4) & 1) + ((q >> 3) & 1) + 4 * (q & 1);
+}
+// Stored column of real column k.
+__host__ __device__ constexpr int kperm_inv(int k) {
+    const int c = k >> 5, w = (k >> 3) & 3, r = k & 7;
+    return 16 * (2 * w + ((r >> 1) & 1)) + 8 * (r & 1) + 2 * c + (r >> 2);
+}
+constexpr bool kperm_is_bijection() {
+    for (int q = 0; q < 128; ++q)
+        if (kperm(q) < 0 || kperm(q) >= 128 || kperm_inv(kperm(q)) != q) return false;
+    return true;
+}
+static_assert(kperm_is_bijection(), "kperm and kperm_inv are inverse permutations of 0..127");
+static_assert(kperm(0) == 0 && kperm(1) == 4 && kperm(2) == 32 && kperm(8) == 1 && kperm(16) == 2 && kperm(32) == 8,
+              "lane c = 1 holds chunk 1 (k 32..); a2 is k + 1; step 1 is k + 2; word 1 is k + 8");
+
+// ---- PTX wrappers ----------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+}
+// The barrier's arrival (one of its expected count) when this thread's earlier cp.async copies have landed.
+__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// src_bytes 0 zero-fills the 16 bytes (src must still be a valid address).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+// cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Pins a register value at this point of the program (accumulators around the asynchronous products).
+__device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+__device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
+__device__ __forceinline__ void pin(uint64_t& v) { asm volatile("" : "+l"(v)::"memory"); }
+
+// Descriptor of a K-major bf16 B operand under the 128-byte swizzle: start address (16-byte units), LBO 1
+// (unused by swizzled K-major layouts), SBO 1024 bytes (next 8 rows), swizzle mode 1 (128B) in bits 62-63.
+// Tiles are 1024-byte aligned, so the base offset is 0; a k step inside the atom adds 32 bytes to the start.
+__device__ __forceinline__ uint64_t b_desc(uint32_t addr) {
+    return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+           (uint64_t{1} << 62);
+}
+
+// wgmma.mma_async m64nNk16, f32 += bf16 A (registers: a0 row g k 2c..; a1 row g+8; a2 row g k 2c+8..; a3 row g+8
+// k 2c+8..) x bf16 B (shared memory, K-major, descriptor). d[4 j + v]: row g + 8 (v >> 1), column 8 j + 2 c + (v & 1).
+template <int N>
+struct Wgmma;
+template <>
+struct Wgmma<128> {
+    static __device__ __forceinline__ void mma(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+            "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+    }
+};
+template <>
+struct Wgmma<64> {
+    static __device__ __forceinline__ void mma(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+            "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+    }
+};
+template <>
+struct Wgmma<32> {
+    static __device__ __forceinline__ void mma(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+            "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+    }
+};
+template <>
+struct Wgmma<16> {
+    static __device__ __forceinline__ void mma(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7"
+            "}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
+    }
+};
+
+// ---- the kernels ----------------------------------------------------------------------------------------------
+
+// FP4 scale constants for fp4_word_to_bf16<true>: the fast ones with post = 1 where they apply (exact either way).
+__device__ __forceinline__ chunks::Fp4Scale fp4_scale_any(uint32_t e) {
+    if (chunks::fp4_fast_scale(e)) {
+        chunks::Fp4Scale s = chunks::fp4_scale<false>(e);
+        s.post = 0x3f803f80u;  // bf16 1.0 pair
+        return s;
+    }
+    return chunks::fp4_scale<true>(e);
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
+    return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+}
+
+// Weight row pointers of A slice `sl` (see the header: gate/up slices W1, W3 of features f0 .. f0 + 63, then
+// W1, W3 of f0 + 64 .. f0 + 127; down slices W2 rows f0 + 64 sl ..).
+template <bool kGateUp>
+__device__ __forceinline__ void slice_rows(const ExpertPtrs& e, int f0, int sl, int k, const uint8_t*& data,
+                                           const uint8_t*& scale) {
+    const int which = kGateUp ? (sl & 1) : 2;
+    const int64_t row = kGateUp ? f0 + 64 * (sl >> 1) : f0 + 64 * sl;
+    data = e.data[which] + row * (k / 2);
+    scale = e.scale[which] + row * (k / 32);
+}
+
+// Each producer thread keeps fixed roles across stages (few registers: it runs on kProducerRegs): B chunk column
+// kc = pt % 16 of rows n = pt / 16 + 8 j; W chunk ch = pt % 4 of rows r0 = pt / 4 and r0 + 32 of every slice; the
+// scale words of row pt % 64 of slices pt / 64 and pt / 64 + 2. Pointers advance with the stage instead of being
+// recomputed (and hoisted) per copy.
+template <bool kGateUp>
+__device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_load, uint32_t ring, uint32_t bars,
+                                        int it) {
+    static_assert(kProducerThreads == 128 && kSlices == 4 && kSliceRows == 64, "the roles below");
+    const int pt = threadIdx.x - kConsumerThreads;  // 0 .. kProducerThreads - 1
+    const ExpertPtrs& e = p.experts[t.expert];
+    const int k = p.k, nk = k / kBK;
+    const uint8_t *wd[kSlices], *ws[kSlices];
+#pragma unroll
+    for (int sl = 0; sl < kSlices; ++sl) slice_rows<kGateUp>(e, t.feature0, sl, k, wd[sl], ws[sl]);
+    // W: rows r0 and r0 + 32, chunk ch, of each slice (sources: wd[sl] + w_off (+ w_half); wd advances 64 a stage).
+    const int ch = pt & 3, r0 = pt >> 2;
+    const uint32_t w_off = static_cast<uint32_t>(r0 * (k / 2) + ch * 16), w_half = static_cast<uint32_t>(32 * (k / 2));
+    const uint32_t w_dst = static_cast<uint32_t>(kBBytes + r0 * 64 + ch * 16);
+    // Scales: row pt % 64 of slices pt / 64 and pt / 64 + 2 (advance 4 bytes a stage).
+    const int s_row = pt & 63, s_sl = pt >> 6;
+    const uint8_t* s_src0 = (s_sl ? ws[1] : ws[0]) + static_cast<int64_t>(s_row) * (k / 32);  // no local array
+    const uint8_t* s_src1 = (s_sl ? ws[3] : ws[2]) + static_cast<int64_t>(s_row) * (k / 32);
+    const uint32_t s_dst = static_cast<uint32_t>(kBBytes + kWBytes + s_sl * kSliceSBytes + s_row * 4);
+    // B: row n = n0 + 8 j, 16-byte chunk kc (8 stored columns) -> column block kc / 8, atom row n, chunk
+    // (kc % 8) ^ (n % 8), where n % 8 = n0 % 8 for every j. Rows past the run are zero-filled from a valid address.
+    const int kc = pt & 15, n0 = pt >> 4;
+    const uint32_t b_dst = static_cast<uint32_t>((kc >> 3) * kColBlockBytes + n0 * 128 + (((kc & 7) ^ (n0 & 7)) << 4));
+    const uint16_t* b_src = p.act + static_cast<int64_t>(t.row0) * k + kc * 8;
+#pragma unroll 1
+    for (int kb = 0; kb < nk; ++kb) {
+        const int st = (it + kb) % kStages;
+        mbar_wait(bars + 8 * (kStages + st), (((it + kb) / kStages) & 1) ^ 1);  // the first round passes at once
+        const uint32_t sb = ring + st * kStageBytes;
+#pragma unroll 1
+        for (int n = n0; n < n_load; n += 8) {
+            const bool valid = n < t.rows;
+            cp_async16(sb + b_dst + (n - n0) * 128, b_src + (valid ? n * k : 0), valid ? 16 : 0);
+        }
+#pragma unroll
+        for (int sl = 0; sl < kSlices; ++sl) {
+            cp_async16(sb + w_dst + sl * kSliceWBytes, wd[sl] + w_off, 16);
+            cp_async16(sb + w_dst + sl * kSliceWBytes + 32 * 64, wd[sl] + w_off + w_half, 16);
+            wd[sl] += kBK / 2;
+        }
+        cp_async4(sb + s_dst, s_src0);
+        cp_async4(sb + s_dst + 2 * kSliceSBytes, s_src1);
+        s_src0 += kBK / 32;
+        s_src1 += kBK / 32;
+        b_src += kBK;
+        cp_async_arrive_noinc(bars + 8 * st);
+    }
+}
+
+__device__ __forceinline__ float swiglu(float g, float u, float limit) {
+    if (limit > 0) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    return g / (1.0f + expf(-g)) * u;
+}
+
+// One 128-k stage of a consumer warpgroup: 4 groups of 4 wgmmas (2 k steps x 2 slices), each group's A decoded
+// while the previous group runs. kAfterOpen: the previous stage left its last group in flight (its buffers are
+// handed back once that group is done); kClose: drain the pipeline and hand this stage back at the end.
+template <int N, bool kAfterOpen, bool kClose>
+__device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1)[N / 2], int wg, int arow, int c,
+                                      const uint8_t* ring_ptr, uint32_t ring, uint32_t bars) {
+    const int st = kb % kStages;  // kb: the CTA's stage count so far (tiles before this one included)
+    mbar_wait(bars + 8 * st, (kb / kStages) & 1);
+    __syncwarp();
+    fence_proxy_async();
+    const uint8_t* sw = ring_ptr + st * kStageBytes + kBBytes;
+    const uint8_t* ss = sw + kWBytes;
+    uint4 raw[2][2];
+    chunks::Fp4Scale sc[2][2];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int sl = 2 * wg + m, r = arow + 8 * h;
+            raw[m][h] = *reinterpret_cast<const uint4*>(sw + sl * kSliceWBytes + r * 64 + c * 16);
+            sc[m][h] = fp4_scale_any(ss[sl * kSliceSBytes + r * 4 + c]);
+        }
+    }
+    const uint32_t sb = ring + st * kStageBytes;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+        uint32_t a[2][2][4];
+        uint64_t desc[2];
+#pragma unroll
+        for (int m = 0; m < 2; ++m) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                chunks::fp4_word_to_bf16<true>(word_of(raw[m][h], w), sc[m][h], a[m][h]);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) pin(a[m][h][i]);  // defined before the fence, not sunk past it
+            }
+        }
+#pragma unroll
+        for (int t2 = 0; t2 < 2; ++t2) {
+            const int s = 2 * w + t2;
+            desc[t2] = b_desc(sb + (s >> 2) * kColBlockBytes + (s & 3) * 32);
+            pin(desc[t2]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int t2 = 0; t2 < 2; ++t2) {
+            Wgmma<N>::mma(acc0, a[0][0][2 * t2], a[0][1][2 * t2], a[0][0][2 * t2 + 1], a[0][1][2 * t2 + 1], desc[t2]);
+            Wgmma<N>::mma(acc1, a[1][0][2 * t2], a[1][1][2 * t2], a[1][0][2 * t2 + 1], a[1][1][2 * t2 + 1], desc[t2]);
+        }
+        wgmma_commit();
+        if (kClose && w == 3) {
+            wgmma_wait<0>();
+            mbar_arrive(bars + 8 * (kStages + st));  // stage kb read: hand it back to the producer
+        } else {
+            wgmma_wait<1>();  // the previous group is done: its A registers are free
+            if (kAfterOpen && w == 0) mbar_arrive(bars + 8 * (kStages + (kb - 1) % kStages));  // stage kb - 1 read
+        }
+    }
+}
+
+// One tile of a consumer warpgroup; `it`: the CTA's stages before this tile. The epilogue stores straight from the
+// accumulators (no staging, no block barrier), so a warpgroup's stores overlap the other's products and the
+// producer's loads of the next tile. Stores: d[4 j + v] is feature row g + 8 (v >> 1) of the warp's 16, token
+// 8 j + 2 c + (v & 1); the 8 lanes of a c write 8 consecutive features (gate/up: 8 scattered bf16 of a 256-byte
+// row of h, whose 128-column block is permuted; down: 32 contiguous bytes of a row of x).
+template <int N, bool kGateUp>
+__device__ __forceinline__ void consume(const Params& p, const Tile& t, const uint8_t* ring_ptr, uint32_t ring,
+                                        uint32_t bars, int it) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, c = lane & 3;
+    constexpr int kAcc = N / 2;
+    float acc0[kAcc], acc1[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+        acc0[i] = acc1[i] = 0.0f;
+        pin(acc0[i]);
+        pin(acc1[i]);
+    }
+    const int nk = p.k / kBK;
+    const int arow = 16 * wl + g;  // this lane's first row in its slices (and arow + 8)
+    // Stages in pairs: the second one drains the wgmma pipeline, so no group is in flight across the loop's back
+    // edge (ptxas serializes every wgmma, C7513, if A registers are redefined there while a group may still read
+    // them); inside the pair the groups overlap the decoding.
+    int kb = 0;
+    for (; kb + 1 < nk; kb += 2) {
+        stage<N, false, false>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+        stage<N, true, true>(it + kb + 1, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+    }
+    if (kb < nk) stage<N, false, true>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+        pin(acc0[i]);
+        pin(acc1[i]);
+    }
+    if constexpr (kGateUp) {
+        uint16_t* h = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(t.row0) * p.out_cols + t.feature0;
+#pragma unroll
+        for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int n = 8 * j + 2 * c + (v & 1), f = 64 * wg + arow + 8 * (v >> 1);
+                if (n < t.rows) {
+                    const float hv = swiglu(acc0[4 * j + v], acc1[4 * j + v], p.limit);
+                    h[static_cast<int64_t>(n) * p.out_cols + kperm_inv(f)] =
+                        __bfloat16_as_ushort(__float2bfloat16_rn(hv));
+                }
+            }
+        }
+    } else {
+        float* x = static_cast<float*>(p.out) + static_cast<int64_t>(t.row0) * p.out_cols + t.feature0;
+#pragma unroll
+        for (int j = 0; j < N / 8; ++j) {
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int n = 8 * j + 2 * c + (v & 1), f = 128 * wg + arow + 8 * (v >> 1);
+                if (n < t.rows) {
+                    x[static_cast<int64_t>(n) * p.out_cols + f] = acc0[4 * j + v];
+                    x[static_cast<int64_t>(n) * p.out_cols + f + 64] = acc1[4 * j + v];
+                }
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ int tile_width(int rows) { return rows > 64 ? 128 : rows > 32 ? 64 : rows > 16 ? 32 : 16; }
+
+// Persistent: CTA b takes tiles b, b + gridDim.x, ... (consecutive tiles run at the same time on neighbouring
+// CTAs); the stage ring and its barrier phases continue from tile to tile, so the producer loads the next tile
+// while the consumers finish this one.
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 1) experts_wgmma_kernel(const Params p) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __trap();  // built for another architecture: grouped_experts_wgmma_applies() keeps callers away
+#else
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t* ring_ptr = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    const uint32_t ring = smem_u32(ring_ptr), bars = ring + kRingBytes;  // full[kStages], then empty[kStages]
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            mbar_init(bars + 8 * s, kProducerThreads);              // the producer threads' cp.async arrivals
+            mbar_init(bars + 8 * (kStages + s), kConsumerThreads);  // every consumer thread
+        }
+    }
+    __syncthreads();
+    const int nk = p.k / kBK;
+    if (threadIdx.x >= kConsumerThreads) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+        int it = 0;
+        for (int i = blockIdx.x; i < p.num_tiles; i += gridDim.x, it += nk) {
+            const Tile t = p.tiles[i];
+            produce<kGateUp>(p, t, tile_width(t.rows), ring, bars, it);
+        }
+        cp_async_wait_all();
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    int it = 0;
+    for (int i = blockIdx.x; i < p.num_tiles; i += gridDim.x, it += nk) {
+        const Tile t = p.tiles[i];
+        switch (tile_width(t.rows)) {
+            case 128:
+                consume<128, kGateUp>(p, t, ring_ptr, ring, bars, it);
+                break;
+            case 64:
+                consume<64, kGateUp>(p, t, ring_ptr, ring, bars, it);
+                break;
+            case 32:
+                consume<32, kGateUp>(p, t, ring_ptr, ring, bars, it);
+                break;
+            default:
+                consume<16, kGateUp>(p, t, ring_ptr, ring, bars, it);
+                break;
+        }
+    }
+#endif
+}
+
+// xb [rows, k] bf16 bits = x rounded to nearest even, stored column q of each 128-block = real column kperm(q).
+// One thread per 8 stored columns (q = 8 m .. 8 m + 7: s = m / 2, p = 8 (m % 2) + j).
+__global__ void to_bf16_permuted_kernel(uint16_t* __restrict__ xb, const float* __restrict__ x, int64_t rows, int k) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int per_row = k / 8;
+    if (i >= rows * per_row) return;
+    const int64_t r = i / per_row;
+    const int ch = static_cast<int>(i % per_row), m = ch & 15;
+    const float* src =
+        x + r * k + (ch >> 4) * kBK + kperm(8 * m);  // kperm(8 m + j) = kperm(8 m) + 32 (j / 2) + 4 (j % 2)
+    uint4 o;
+    o.x = mma::pack_bf16(__ldg(src), __ldg(src + 4));
+    o.y = mma::pack_bf16(__ldg(src + 32), __ldg(src + 36));
+    o.z = mma::pack_bf16(__ldg(src + 64), __ldg(src + 68));
+    o.w = mma::pack_bf16(__ldg(src + 96), __ldg(src + 100));
+    *reinterpret_cast<uint4*>(xb + r * k + 8 * ch) = o;
+}
+static_assert(kperm(8 * 5 + 3) == kperm(8 * 5) + 32 + 4 && kperm(8 * 6 + 6) == kperm(8 * 6) + 96,
+              "the 8 stored columns of a chunk are 8 real columns 32 (j / 2) + 4 (j % 2) past the first");
+
+// wgmma and setmaxnreg are sm_90a's: the current device must be compute capability 9.0 (and the build must
+// include 90a, which the kernel checks).
+bool device_is_sm90() {
+    static std::atomic<int> cached[64] = {};  // per device: 0 unknown, 1 yes, 2 no
+    int dev = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    int v = cached[dev % 64].load(std::memory_order_relaxed);
+    if (v == 0) {
+        int major = 0, minor = 0;
+        DI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        DI_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        v = major == 9 && minor == 0 ? 1 : 2;
+        cached[dev % 64].store(v, std::memory_order_relaxed);
+    }
+    return v == 1;
+}
+
+bool fp4_expert_ok(const WeightDesc& w, int64_t rows, int64_t cols) {
+    return w.format == 2 && w.block_cols == 32 && w.rows == rows && w.cols == cols && w.scale_cols == cols / 32 &&
+           w.data && w.scale && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(w.scale) % 4 == 0;
+}
+
+template <bool kGateUp>
+void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream) {
+    static std::atomic<uint64_t> configured{0};
+    allow_smem(experts_wgmma_kernel<kGateUp>, kSmemBytes, configured);
+    if (tiles == 0) return;
+    Params q = p;
+    q.num_tiles = static_cast<int>(tiles);
+    const int grid = static_cast<int>(std::min<int64_t>(tiles, device_sm_count()));
+    experts_wgmma_kernel<kGateUp><<<grid, kThreads, kSmemBytes, stream>>>(q);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+// The descriptions of three expert lists (w1, w3, w2), as the backend describes its weights.
+struct ExpertDescs {
+    std::vector<WeightDesc> w1, w3, w2;
+    ExpertDescs(const std::vector<LinearWeight>& l1, const std::vector<LinearWeight>& l3,
+                const std::vector<LinearWeight>& l2) {
+        for (const LinearWeight& w : l1) w1.push_back(describe_weight(w));
+        for (const LinearWeight& w : l3) w3.push_back(describe_weight(w));
+        for (const LinearWeight& w : l2) w2.push_back(describe_weight(w));
+    }
+};
+
+}  // namespace
+
+bool grouped_experts_wgmma_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts) {
+    if (num_experts <= 0 || !device_is_sm90()) return false;
+    const int64_t inter = w1[0].rows, d = w1[0].cols;
+    if (inter <= 0 || d <= 0 || inter % kGateUpFeatures != 0 || d % kDownFeatures != 0) return false;
+    if (inter > (int64_t{1} << 20) || d > (int64_t{1} << 20)) return false;  // int feature and k indices
+    for (int e = 0; e < num_experts; ++e) {
+        if (!fp4_expert_ok(w1[e], inter, d) || !fp4_expert_ok(w3[e], inter, d) || !fp4_expert_ok(w2[e], d, inter))
+            return false;
+    }
+    return true;
+}
+
+std::vector<uint8_t> grouped_experts_wgmma_plan(const int64_t* run_starts, int num_experts, const WeightDesc* w1,
+                                                const WeightDesc* w3, const WeightDesc* w2, int64_t d, int64_t inter) {
+    DI_ICHECK(grouped_experts_wgmma_applies(w1, w3, w2, num_experts) && w1[0].cols == d && w1[0].rows == inter,
+              "grouped_experts_wgmma: experts the kernels do not take (D ", d, ", I ", inter, ")");
+    DI_ICHECK(run_starts[0] == 0 && run_starts[num_experts] < (int64_t{1} << 31),
+              "grouped_experts_wgmma: run starts 0 .. ", run_starts[num_experts]);
+    // Tiles, expert-major, then feature tile, then token tile (see the header comment).
+    std::vector<Tile> tiles1, tiles2;
+    for (int e = 0; e < num_experts; ++e) {
+        const int64_t r0 = run_starts[e], n = run_starts[e + 1] - r0;
+        DI_ICHECK(n >= 0, "grouped_experts_wgmma: run ", e, " has ", n, " rows");
+        for (int64_t f = 0; f < inter; f += kGateUpFeatures)
+            for (int64_t t = 0; t < n; t += kBN)
+                tiles1.push_back({e, static_cast<int>(f), static_cast<int>(r0 + t),
+                                  static_cast<int>(std::min<int64_t>(kBN, n - t))});
+        for (int64_t f = 0; f < d; f += kDownFeatures)
+            for (int64_t t = 0; t < n; t += kBN)
+                tiles2.push_back({e, static_cast<int>(f), static_cast<int>(r0 + t),
+                                  static_cast<int>(std::min<int64_t>(kBN, n - t))});
+    }
+    std::vector<ExpertPtrs> experts(num_experts);
+    for (int e = 0; e < num_experts; ++e)
+        experts[e] = {{w1[e].data, w3[e].data, w2[e].data}, {w1[e].scale, w3[e].scale, w2[e].scale}};
+    // [header: the two tile counts] [tiles1] [tiles2] [experts], each 16-byte aligned.
+    static_assert(sizeof(Tile) == 16 && sizeof(ExpertPtrs) == 48 && sizeof(PlanHeader) == 16, "plan layout");
+    const PlanHeader header{static_cast<int64_t>(tiles1.size()), static_cast<int64_t>(tiles2.size())};
+    const size_t b1 = tiles1.size() * sizeof(Tile), b2 = tiles2.size() * sizeof(Tile);
+    std::vector<uint8_t> plan(sizeof header + b1 + b2 + experts.size() * sizeof(ExpertPtrs));
+    std::memcpy(plan.data(), &header, sizeof header);
+    std::memcpy(plan.data() + sizeof header, tiles1.data(), b1);
+    std::memcpy(plan.data() + sizeof header + b1, tiles2.data(), b2);
+    std::memcpy(plan.data() + sizeof header + b1 + b2, experts.data(), experts.size() * sizeof(ExpertPtrs));
+    return plan;
+}
+
+void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint8_t>& plan, const void* device_plan,
+                                  int64_t d, int64_t inter, float swiglu_limit, cudaStream_t stream) {
+    PlanHeader header;
+    DI_ICHECK(plan.size() >= sizeof header, "grouped_experts_wgmma: no plan");
+    std::memcpy(&header, plan.data(), sizeof header);
+    if (rows == 0) return;
+    const uint8_t* table = static_cast<const uint8_t*>(device_plan) + sizeof header;
+    const size_t b1 = header.tiles1 * sizeof(Tile), b2 = header.tiles2 * sizeof(Tile);
+
+    uint16_t *xb = nullptr, *h = nullptr;
+    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&xb), static_cast<size_t>(rows * d) * 2, stream));
+    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&h), static_cast<size_t>(rows * inter) * 2, stream));
+    const int64_t chunks = rows * d / 8;
+    to_bf16_permuted_kernel<<<static_cast<unsigned>(ceil_div(chunks, 256)), 256, 0, stream>>>(xb, x, rows,
+                                                                                              static_cast<int>(d));
+    DI_CUDA_LAUNCH_CHECK();
+
+    Params p{};
+    p.experts = reinterpret_cast<const ExpertPtrs*>(table + b1 + b2);
+    p.tiles = reinterpret_cast<const Tile*>(table);
+    p.act = xb;
+    p.out = h;
+    p.k = static_cast<int>(d);
+    p.out_cols = static_cast<int>(inter);
+    p.limit = swiglu_limit;
+    launch_tiles<true>(p, header.tiles1, stream);
+
+    p.tiles = reinterpret_cast<const Tile*>(table + b1);
+    p.act = h;
+    p.out = x;
+    p.k = static_cast<int>(inter);
+    p.out_cols = static_cast<int>(d);
+    launch_tiles<false>(p, header.tiles2, stream);
+
+    DI_CUDA_CHECK(cudaFreeAsync(h, stream));
+    DI_CUDA_CHECK(cudaFreeAsync(xb, stream));
+}
+
+bool grouped_experts_wgmma_applies(const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
+                                   const std::vector<LinearWeight>& w2) {
+    if (w1.empty() || w3.size() != w1.size() || w2.size() != w1.size()) return false;
+    const ExpertDescs d(w1, w3, w2);
+    return grouped_experts_wgmma_applies(d.w1.data(), d.w3.data(), d.w2.data(), static_cast<int>(w1.size()));
+}
+
+void run_grouped_experts_wgmma_sync(float* x, const std::vector<int64_t>& run_starts,
+                                    const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
+                                    const std::vector<LinearWeight>& w2, float swiglu_limit, cudaStream_t stream) {
+    DI_ICHECK(!w1.empty() && w3.size() == w1.size() && w2.size() == w1.size() && run_starts.size() == w1.size() + 1,
+              "grouped_experts_wgmma: ", w1.size(), " experts, ", run_starts.size(), " run starts");
+    const ExpertDescs d(w1, w3, w2);
+    const std::vector<uint8_t> plan = grouped_experts_wgmma_plan(run_starts.data(), static_cast<int>(w1.size()),
+                                                                 d.w1.data(), d.w3.data(), d.w2.data(), w1[0].cols,
+                                                                 w1[0].rows);
+    void* device_plan = nullptr;
+    DI_CUDA_CHECK(cudaMallocAsync(&device_plan, plan.size(), stream));
+    DI_CUDA_CHECK(cudaMemcpyAsync(device_plan, plan.data(), plan.size(), cudaMemcpyHostToDevice, stream));
+    launch_grouped_experts_wgmma(x, run_starts.back(), plan, device_plan, w1[0].cols, w1[0].rows, swiglu_limit, stream);
+    DI_CUDA_CHECK(cudaFreeAsync(device_plan, stream));
+    DI_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,45 @@
+// Prefill's routed experts on Hopper wgmma (experts_wgmma.cu): x [R, D] f32, rows sorted into runs by expert, in
+// place x_run = W2_e . swiglu(W1_e . x_run, W3_e . x_run), FP4 weights decoded straight into the tensor cores'
+// A fragments. Numerics of the backend's tensor-core products: x rounded to bf16 once, weights exact in bf16,
+// fp32 accumulation, SwiGLU in fp32, h rounded to bf16 for the down product, the output written as f32.
+//
+// Plain C++ header (no CUDA headers): cudaStream_t is `CUstream_st*`, WeightDesc is cuda_common.cuh's.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/weight.h"
+
+struct CUstream_st;
+
+namespace deepinfer::cuda {
+
+struct WeightDesc;
+
+// True when the fused kernels take these experts on the current device: a compute capability 9.0 GPU, all FP4
+// with 32-wide E8M0 groups, w1 and w3 [I, D], w2 [D, I] with D a multiple of 256 and I of 128, data 16-byte and
+// scales 4-byte aligned.
+bool grouped_experts_wgmma_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts);
+
+// The kernels' plan for runs starting at run_starts [num_experts + 1] (host, run_starts[0] = 0): tile lists and
+// the experts' weight pointers, as bytes for the caller to copy to the device (w1, w3, w2: host arrays of
+// descriptors of device weights that satisfy grouped_experts_wgmma_applies).
+std::vector<uint8_t> grouped_experts_wgmma_plan(const int64_t* run_starts, int num_experts, const WeightDesc* w1,
+                                                const WeightDesc* w3, const WeightDesc* w2, int64_t d, int64_t inter);
+// x [rows, D] f32 (device, rows = run_starts[num_experts]) in place, with `plan` and its device copy
+// `device_plan` (16-byte aligned, alive until the launches are done). Scratch (rows x (D + I) bf16) is
+// stream-ordered on `stream`.
+void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint8_t>& plan, const void* device_plan,
+                                  int64_t d, int64_t inter, float swiglu_limit, CUstream_st* stream);
+
+// For callers without the CUDA headers (the GPU tests): the same over device LinearWeights, described as the
+// backend describes them. The run waits for `stream` (nullptr: the legacy default stream) before returning.
+bool grouped_experts_wgmma_applies(const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
+                                   const std::vector<LinearWeight>& w2);
+void run_grouped_experts_wgmma_sync(float* x, const std::vector<int64_t>& run_starts,
+                                    const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
+                                    const std::vector<LinearWeight>& w2, float swiglu_limit,
+                                    CUstream_st* stream = nullptr);
+
+}  // namespace deepinfer::cuda

@@ -1,0 +1,269 @@
+// The fused wgmma routed experts (backend/cuda/experts_wgmma.cu) against the CPU backend's grouped_experts on the
+// same FP4 weights, per expert run:
+//  - within kBf16Bound (3e-2) of the CPU op (fp32 activations), the tolerance table's GPU bound;
+//  - within kSameNumericsBound (4e-3) of the CPU fed the kernels' numerics: x rounded to bf16, W1 x and W3 x in
+//    fp32, SwiGLU in fp32, h rounded to bf16, W2 h in fp32. Only the fp32 summation order differs, and the bf16
+//    roundings of h that it tips: each moves its row by up to 2^-9 of that h's term, and without SwiGLU's clamp
+//    h is heavy-tailed (one term can dominate a row): seen up to 1.1e-3 there. A wrong k permutation, swizzle,
+//    scale, tile or fragment (each off by 1e-2 or more) cannot hide under the looser bound.
+// Run patterns cover empty runs, 1-row runs, every wgmma width the last tile of a run takes (16, 32, 64, 128 and
+// the sizes just past them), a run of 700 rows, D = 512 / I = 256 and the model width D = 4096 / I = 2048, SwiGLU
+// with and without its clamp, FP4 group scales that take the decoder's slow path, and an x that is not 16-byte
+// aligned. A throughput case (256 experts x 384 rows at the model width) times the kernels against the backend's
+// grouped_experts and checks their agreement.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/experts_wgmma.h"
+#include "core/dtype.h"
+#include "cuda_test_support.h"
+#include "support/npy_compare.h"
+
+namespace deepinfer {
+namespace {
+
+using testing_support::HostWeight;
+using testing_support::kBf16Bound;
+using testing_support::make_weight;
+using testing_support::rel_error;
+
+constexpr double kSameNumericsBound = 4e-3;
+
+class CudaExpertsWgmma : public testing_support::CudaCompare {
+public:
+    CudaExpertsWgmma() : CudaCompare("auto") {}
+
+protected:
+    // E experts' w1, w3 [inter, d] and w2 [d, inter] in `format` (make_weight's), on the host and on the device.
+    // slow_scales: about one FP4 group scale in 8 becomes 0 or 1 (2^-127, 2^-126: the decoder's slow path).
+    struct Ffns {
+        std::vector<HostWeight> hw;
+        std::vector<LinearWeight> h1, h3, h2, d1, d3, d2;
+    };
+    Ffns make_ffns(int format, int64_t e, int64_t d, int64_t inter, bool slow_scales = false) {
+        Ffns f;
+        for (int64_t i = 0; i < e; ++i) {
+            f.hw.push_back(make_weight(rng_, format, inter, d));
+            f.hw.push_back(make_weight(rng_, format, inter, d));
+            f.hw.push_back(make_weight(rng_, format, d, inter));
+        }
+        for (size_t i = 0; i < f.hw.size(); ++i) {
+            HostWeight& h = f.hw[i];
+            if (slow_scales)
+                for (uint8_t& s : h.scale)
+                    if (rng_() % 8 == 0) s = static_cast<uint8_t>(rng_() % 2);
+            const LinearWeight dev = to_backend(*gpu_, h.w, &storage_);
+            (i % 3 == 0 ? f.h1 : i % 3 == 1 ? f.h3 : f.h2).push_back(h.w);
+            (i % 3 == 0 ? f.d1 : i % 3 == 1 ? f.d3 : f.d2).push_back(dev);
+        }
+        return f;
+    }
+    static std::vector<int64_t> starts_of(const std::vector<int64_t>& counts) {
+        std::vector<int64_t> s{0};
+        for (int64_t n : counts) s.push_back(s.back() + n);
+        return s;
+    }
+    // The fused kernels over a device copy of x; misaligned: x starts 4 bytes past a 16-byte boundary.
+    std::vector<float> run_wgmma(const Ffns& f, const std::vector<float>& x, const std::vector<int64_t>& counts,
+                                 float limit, bool misaligned = false) {
+        const int64_t d = f.h1[0].cols, rows = static_cast<int64_t>(x.size()) / d;
+        Tensor buf = gpu_->alloc(DType::kF32, Shape{rows * d + 4});
+        const TensorView xd(buf.f32() + (misaligned ? 1 : 0), DType::kF32, Shape{rows, d});
+        gpu_->upload(xd, x.data());
+        gpu_->synchronize();  // the backend's stream is non-blocking: the upload must land before our stream runs
+        cuda::run_grouped_experts_wgmma_sync(xd.f32(), starts_of(counts), f.d1, f.d3, f.d2, limit);
+        std::vector<float> got(rows * d);
+        gpu_->download(got.data(), xd);
+        return got;
+    }
+    static float swiglu(float g, float u, float limit) {
+        if (limit > 0) {
+            g = std::fmin(g, limit);
+            u = std::fmin(std::fmax(u, -limit), limit);
+        }
+        return g / (1.0f + std::exp(-g)) * u;
+    }
+    // The CPU with the kernels' roundings (see the header), expert by expert.
+    std::vector<float> same_numerics(const Ffns& f, const std::vector<float>& x, const std::vector<int64_t>& counts,
+                                     float limit) {
+        const int64_t d = f.h1[0].cols, inter = f.h1[0].rows;
+        std::vector<float> out(x.size());
+        int64_t r0 = 0;
+        for (size_t e = 0; e < counts.size(); ++e) {
+            const int64_t n = counts[e];
+            if (n > 0) {
+                std::vector<float> xr(x.begin() + r0 * d, x.begin() + (r0 + n) * d);
+                for (float& v : xr) v = round_to_bf16(v);
+                Tensor g = Tensor::f32(Shape{n, inter}), u = Tensor::f32(Shape{n, inter}), o = Tensor::f32(Shape{n, d});
+                const Tensor xt = host(xr, Shape{n, d});
+                cpu_->linear(g, xt, f.h1[e]);
+                cpu_->linear(u, xt, f.h3[e]);
+                std::vector<float> h(n * inter);
+                for (int64_t i = 0; i < n * inter; ++i) h[i] = round_to_bf16(swiglu(g.f32()[i], u.f32()[i], limit));
+                cpu_->linear(o, host(h, Shape{n, inter}), f.h2[e]);
+                std::memcpy(out.data() + r0 * d, o.f32(), n * d * 4);
+            }
+            r0 += n;
+        }
+        return out;
+    }
+    void check(const Ffns& f, const std::vector<int64_t>& counts, float limit, bool misaligned = false) {
+        const int64_t d = f.h1[0].cols;
+        int64_t rows = 0;
+        for (int64_t n : counts) rows += n;
+        const std::vector<float> x = randn(rows * d);
+        Tensor ref = host(x, Shape{rows, d});
+        cpu_->grouped_experts(ref, counts, f.h1, f.h3, f.h2, limit);
+        const std::vector<float> want = values(ref), same = same_numerics(f, x, counts, limit);
+        const std::vector<float> got = run_wgmma(f, x, counts, limit, misaligned);
+        std::string pattern;
+        for (int64_t n : counts) pattern += std::to_string(n) + " ";
+        const std::string what = "D " + std::to_string(d) + ", I " + std::to_string(f.h1[0].rows) + ", limit " +
+                                 std::to_string(limit) + (misaligned ? ", misaligned x" : "") + ", runs [ " + pattern +
+                                 "]";
+        int64_t r0 = 0;
+        for (size_t e = 0; e < counts.size(); ++e) {
+            const auto run = [&](const std::vector<float>& v) {
+                return std::vector<float>(v.begin() + r0 * d, v.begin() + (r0 + counts[e]) * d);
+            };
+            if (counts[e] > 0) {
+                EXPECT_LE(rel_error(run(got), run(want)), kBf16Bound) << what << ": expert " << e;
+                EXPECT_LE(rel_error(run(got), run(same)), kSameNumericsBound)
+                    << what << ": expert " << e << " against the same numerics";
+            }
+            r0 += counts[e];
+        }
+    }
+};
+
+// D = 512, I = 256 (4 k stages of the gate/up product, 2 of the down one; 2 feature tiles each): uneven runs with
+// empty ones, 1-row runs, tails of every wgmma width (16: 1, 2, 3, 7, 12; 32: 17, 20; 64: 33, 40, 44 (300 = 2 x 128
+// + 44); 128: 65, 127, 2 + 128), exact tiles (16, 32, 64, 128, 256), and one run of 700 rows (5 x 128 + 60);
+// both SwiGLU modes.
+TEST_F(CudaExpertsWgmma, SmallWidthMatchesCpu) {
+    const Ffns f = make_ffns(4, 12, 512, 256);
+    const std::vector<std::vector<int64_t>> cases = {{0, 300, 1, 0, 7, 12, 40, 3, 0, 130, 2, 20},
+                                                     {17, 33, 65, 127, 16, 32, 64, 128, 0, 0, 1, 256},
+                                                     {0, 0, 0, 0, 0, 700, 0, 0, 0, 0, 0, 0},
+                                                     {1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}};
+    for (float limit : {0.0f, 10.0f})
+        for (const std::vector<int64_t>& counts : cases) check(f, counts, limit);
+}
+
+// Scales 2^-127 and 2^-126 in about one group in 8 (the FP4 decoder's slow path), and an x that is not 16-byte
+// aligned (the down epilogue's scalar stores).
+TEST_F(CudaExpertsWgmma, SlowScalesAndMisalignedX) {
+    const Ffns f = make_ffns(4, 4, 512, 256, true);
+    check(f, {45, 0, 130, 9}, 10.0f);
+    const Ffns g = make_ffns(4, 4, 512, 256);
+    check(g, {45, 0, 130, 9}, 10.0f, true);
+}
+
+// The model width, D = 4096 and I = 2048 (32 and 16 k stages, 16 feature tiles each), a few experts.
+TEST_F(CudaExpertsWgmma, ModelWidthMatchesCpu) {
+    const Ffns f = make_ffns(4, 3, 4096, 2048);
+    check(f, {200, 0, 1}, 10.0f);
+    check(f, {0, 129, 64}, 0.0f);
+}
+
+// No rows: nothing runs (x is not touched).
+TEST_F(CudaExpertsWgmma, NoRowsIsANoOp) {
+    const Ffns f = make_ffns(4, 3, 512, 256);
+    cuda::run_grouped_experts_wgmma_sync(nullptr, {0, 0, 0, 0}, f.d1, f.d3, f.d2, 10.0f);
+}
+
+// The kernels take FP4 experts with 32-wide groups, D a multiple of 256 and I of 128; nothing else.
+TEST_F(CudaExpertsWgmma, AppliesOnlyToFp4Widths) {
+    const Ffns fp4 = make_ffns(4, 2, 512, 256);
+    EXPECT_TRUE(cuda::grouped_experts_wgmma_applies(fp4.d1, fp4.d3, fp4.d2));
+    const Ffns fp8 = make_ffns(6, 2, 512, 256);  // FP8 with 128x128 E8M0 blocks
+    EXPECT_FALSE(cuda::grouped_experts_wgmma_applies(fp8.d1, fp8.d3, fp8.d2));
+    std::vector<LinearWeight> mixed = fp4.d2;
+    mixed[1] = fp8.d2[1];
+    EXPECT_FALSE(cuda::grouped_experts_wgmma_applies(fp4.d1, fp4.d3, mixed)) << "one FP8 expert among FP4 ones";
+    const Ffns narrow_i = make_ffns(4, 1, 512, 192);
+    EXPECT_FALSE(cuda::grouped_experts_wgmma_applies(narrow_i.d1, narrow_i.d3, narrow_i.d2)) << "I = 192";
+    const Ffns narrow_d = make_ffns(4, 1, 384, 256);
+    EXPECT_FALSE(cuda::grouped_experts_wgmma_applies(narrow_d.d1, narrow_d.d3, narrow_d.d2)) << "D = 384";
+}
+
+// Prefill's shape: 16,384 tokens x top-6 over 256 experts (384 rows each) at D = 4096, I = 2048. Times the fused
+// kernels and the backend's grouped_experts (dequantize + cuBLAS on side streams) on the same weights, and holds
+// the two (the same numerics up to the fp32 summation order) to kSameNumericsBound.
+TEST_F(CudaExpertsWgmma, PrefillThroughput) {
+    const int64_t e = 256, d = 4096, inter = 2048, per = 384, rows = e * per;
+    std::mt19937_64 bits(rng_());
+    std::vector<Tensor> keep;
+    std::vector<LinearWeight> w1, w3, w2;
+    std::vector<uint8_t> data(inter * d / 2), scale(inter * d / 32);
+    for (int64_t i = 0; i < 3 * e; ++i) {
+        for (size_t j = 0; j < data.size(); j += 8) {
+            const uint64_t b = bits();
+            std::memcpy(data.data() + j, &b, 8);
+        }
+        for (uint8_t& s : scale) s = static_cast<uint8_t>(122 + bits() % 8);
+        LinearWeight w;
+        w.format = WeightFormat::kFp4Group;
+        w.block_cols = 32;
+        w.rows = i % 3 == 2 ? d : inter;
+        w.cols = i % 3 == 2 ? inter : d;
+        w.name = "bench";
+        w.data = TensorView(data.data(), DType::kFP4E2M1, Shape{w.rows, w.cols});
+        w.scale = TensorView(scale.data(), DType::kE8M0, Shape{w.rows, w.cols / 32});
+        (i % 3 == 0 ? w1 : i % 3 == 1 ? w3 : w2).push_back(to_backend(*gpu_, w, &keep));
+    }
+    ASSERT_TRUE(cuda::grouped_experts_wgmma_applies(w1, w3, w2));
+    std::vector<float> block = randn(d * 97);
+    std::vector<float> x(rows * d);
+    for (int64_t i = 0; i < rows * d; ++i) x[i] = block[i % block.size()];
+    const std::vector<int64_t> counts(e, per);
+    std::vector<int64_t> starts{0};
+    for (int64_t n : counts) starts.push_back(starts.back() + n);
+    Tensor xd = gpu_->alloc(DType::kF32, Shape{rows, d});
+    const double flop = 6.0 * rows * d * inter;
+    const auto seconds = [](auto t0) {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+
+    std::vector<float> got(rows * d), want(rows * d);
+    double best_wgmma = 1e30, best_backend = 1e30;
+    for (int it = 0; it < 4; ++it) {
+        gpu_->upload(xd, x.data());
+        gpu_->synchronize();
+        const auto t0 = std::chrono::steady_clock::now();
+        cuda::run_grouped_experts_wgmma_sync(xd.f32(), starts, w1, w3, w2, 10.0f);
+        if (it > 0) best_wgmma = std::min(best_wgmma, seconds(t0));
+    }
+    gpu_->download(got.data(), xd);
+    for (int it = 0; it < 3; ++it) {
+        gpu_->upload(xd, x.data());
+        gpu_->synchronize();
+        const auto t0 = std::chrono::steady_clock::now();
+        gpu_->grouped_experts(xd, counts, w1, w3, w2, 10.0f);
+        gpu_->synchronize();
+        if (it > 0) best_backend = std::min(best_backend, seconds(t0));
+    }
+    gpu_->download(want.data(), xd);
+    std::printf(
+        "grouped experts, %lld rows (256 x %lld), D %lld, I %lld: wgmma %.2f ms (%.0f TFLOP/s), backend %.2f ms "
+        "(%.0f TFLOP/s)\n",
+        static_cast<long long>(rows), static_cast<long long>(per), static_cast<long long>(d),
+        static_cast<long long>(inter), best_wgmma * 1e3, flop / best_wgmma / 1e12, best_backend * 1e3,
+        flop / best_backend / 1e12);
+    for (int64_t r = 0; r < e; r += 17) {
+        const std::vector<float> a(got.begin() + r * per * d, got.begin() + (r + 1) * per * d);
+        const std::vector<float> b(want.begin() + r * per * d, want.begin() + (r + 1) * per * d);
+        EXPECT_LE(rel_error(a, b), kSameNumericsBound) << "expert " << r;
+    }
+    EXPECT_LE(rel_error(got, want), kSameNumericsBound) << "all experts";
+}
+
+}  // namespace
+}  // namespace deepinfer
