@@ -57,8 +57,6 @@ namespace {
 
 using cuda::WeightDesc;
 
-WeightDesc describe(const LinearWeight& w) { return cuda::describe_weight(w); }
-
 cuda::HcDesc describe(const HcParams& p) {
     return cuda::HcDesc{p.fn, p.base, p.scale, p.n, p.sinkhorn_iters, p.hc_eps, p.norm_eps};
 }
@@ -194,12 +192,12 @@ public:
     void linear_on(cuda::Lane& lane, TensorView out, TensorView x, const LinearWeight& w) {
         const int64_t t = x.dim(0);
         DI_ICHECK(x.ndim() == 2 && x.dim(1) == w.cols && out.numel() == t * w.rows, "linear ", w.name);
-        matmul(lane, out.f32(), w.rows, x.f32(), w.cols, t, describe(w), 0, w.rows);
+        matmul(lane, out.f32(), w.rows, x.f32(), w.cols, t, cuda::describe_weight(w), 0, w.rows);
     }
     void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) override {
         const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
         DI_ICHECK(w.rows % groups == 0 && x.numel() == t * groups * k && out.numel() == t * w.rows, "grouped_linear");
-        const WeightDesc d = describe(w);
+        const WeightDesc d = cuda::describe_weight(w);
         if (fp32_gemv(t, d) || tc_gemv(t, d)) {  // the groups in one launch
             std::vector<cuda::GemvJob> jobs;
             for (int g = 0; g < groups; ++g)
@@ -216,7 +214,7 @@ public:
         for (const Projection& p : projections) {
             DI_ICHECK(x.ndim() == 2 && x.dim(1) == p.w->cols && p.out.numel() == t * p.w->rows, "linears ",
                       p.w->name);
-            const WeightDesc d = describe(*p.w);
+            const WeightDesc d = cuda::describe_weight(*p.w);
             // Not all on one GEMV (fp32 or tensor cores): each on its own kernel.
             if (!(jobs.empty() ? fp32_gemv(t, d) || tc_gemv(t, d) : same_gemv(t, jobs[0].w, d))) {
                 Backend::linears(x, projections);
@@ -256,18 +254,6 @@ public:
     bool tc_experts(int64_t rows) const {
         if (gemm_mode_ == GemmMode::kTiled) return false;
         return gemm_mode_ == GemmMode::kTc || batch_invariant_ || rows > cuda::kExpertTcMinRows;
-    }
-    // Prefill's routed experts on the fused wgmma kernels (experts_wgmma.cu: FP4 decoded into the tensor cores'
-    // operands, about twice the rate of dequantizing each expert for cuBLAS) in the auto and tc modes, where they
-    // apply; batch-invariant mode keeps the tensor-core GEMM (the wgmma tile width follows a run's length), cublas
-    // and tiled modes their kernels.
-    bool wgmma_experts(const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
-                       const std::vector<LinearWeight>& w2) {
-        if (batch_invariant_ || (gemm_mode_ != GemmMode::kAuto && gemm_mode_ != GemmMode::kTc)) return false;
-        const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
-        return t1.host.size() == t3.host.size() && t1.host.size() == t2.host.size() &&
-               cuda::grouped_experts_wgmma_applies(t1.host.data(), t3.host.data(), t2.host.data(),
-                                                   static_cast<int>(t1.host.size()));
     }
     bool fp32_gemv(int64_t rows, const WeightDesc& d) const {
         return !batch_invariant_ && !tc_gemv(rows, d) && cuda::gemv_applies(rows, d);
@@ -309,7 +295,7 @@ public:
     }
     void embedding(TensorView out, const LinearWeight& table, const int32_t* ids) override {
         const auto op = profiler_->scope("embedding");
-        cuda::launch_embedding(out.f32(), describe(table), ids, out.dim(0), stream_);
+        cuda::launch_embedding(out.f32(), cuda::describe_weight(table), ids, out.dim(0), stream_);
     }
     void rms_norm(TensorView out, TensorView x, const float* weight, float eps) override {
         const auto op = profiler_->scope("rms_norm");
@@ -496,9 +482,9 @@ public:
                          const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
                          float swiglu_limit) override {
         const std::vector<int64_t> starts = expert_run_starts(x, counts, w1, w3, w2);
-        if (wgmma_experts(w1, w3, w2)) {
+        const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
+        if (wgmma_experts(t1, t3, t2)) {
             const auto op = profiler_->scope("grouped_experts wgmma");
-            const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
             const std::vector<uint8_t> plan =
                 cuda::grouped_experts_wgmma_plan(starts.data(), static_cast<int>(counts.size()), t1.host.data(),
                                                  t3.host.data(), t2.host.data(), w1[0].cols, w1[0].rows);
@@ -568,13 +554,24 @@ private:
         for (const LinearWeight& w : experts) {
             DI_ICHECK(w.rows == experts[0].rows && w.cols == experts[0].cols, "expert_linear: expert ", w.name, " is [",
                       w.rows, ", ", w.cols, "], the first [", experts[0].rows, ", ", experts[0].cols, "]");
-            t.host.push_back(describe(w));
+            t.host.push_back(cuda::describe_weight(w));
         }
         static_assert(sizeof(WeightDesc) % 4 == 0, "WeightDesc is stored as I32 words");
         t.streams = cuda::expert_linear_streams(t.host.data(), static_cast<int64_t>(t.host.size()));
         t.device = alloc(DType::kI32, Shape{static_cast<int64_t>(t.host.size() * sizeof(WeightDesc) / 4)});
         upload(t.device, t.host.data());
         return t;
+    }
+
+    // Prefill's routed experts on the fused wgmma kernels (experts_wgmma.cu: FP4 decoded into the tensor cores'
+    // operands, about twice the rate of dequantizing each expert for cuBLAS) in the auto and tc modes, where they
+    // apply; batch-invariant mode keeps the tensor-core GEMM (the wgmma tile width follows a run's length), cublas
+    // and tiled modes their kernels.
+    bool wgmma_experts(const ExpertTable& t1, const ExpertTable& t3, const ExpertTable& t2) const {
+        if (batch_invariant_ || (gemm_mode_ != GemmMode::kAuto && gemm_mode_ != GemmMode::kTc)) return false;
+        return t1.host.size() == t3.host.size() && t1.host.size() == t2.host.size() &&
+               cuda::grouped_experts_wgmma_applies(t1.host.data(), t3.host.data(), t2.host.data(),
+                                                   static_cast<int>(t1.host.size()));
     }
 
     void drain_locked() {

@@ -132,9 +132,6 @@ static_assert(kperm(0) == 0 && kperm(1) == 4 && kperm(2) == 32 && kperm(8) == 1 
 
 // ---- PTX wrappers ----------------------------------------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -155,14 +152,6 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-// src_bytes 0 zero-fills the 16 bytes (src must still be a valid address).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, uint32_t src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 // cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
@@ -320,16 +309,16 @@ __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_lo
 #pragma unroll 1
         for (int n = n0; n < n_load; n += 8) {
             const bool valid = n < t.rows;
-            cp_async16(sb + b_dst + (n - n0) * 128, b_src + (valid ? n * k : 0), valid ? 16 : 0);
+            mma::cp_async16(sb + b_dst + (n - n0) * 128, b_src + (valid ? n * k : 0), valid ? 16 : 0);
         }
 #pragma unroll
         for (int sl = 0; sl < kSlices; ++sl) {
-            cp_async16(sb + w_dst + sl * kSliceWBytes, wd[sl] + w_off, 16);
-            cp_async16(sb + w_dst + sl * kSliceWBytes + 32 * 64, wd[sl] + w_off + w_half, 16);
+            mma::cp_async16(sb + w_dst + sl * kSliceWBytes, wd[sl] + w_off, 16);
+            mma::cp_async16(sb + w_dst + sl * kSliceWBytes + 32 * 64, wd[sl] + w_off + w_half, 16);
             wd[sl] += kBK / 2;
         }
-        cp_async4(sb + s_dst, s_src0);
-        cp_async4(sb + s_dst + 2 * kSliceSBytes, s_src1);
+        mma::cp_async4(sb + s_dst, s_src0);
+        mma::cp_async4(sb + s_dst + 2 * kSliceSBytes, s_src1);
         s_src0 += kBK / 32;
         s_src1 += kBK / 32;
         b_src += kBK;
@@ -480,8 +469,8 @@ __global__ void __launch_bounds__(kThreads, 1) experts_wgmma_kernel(const Params
     __trap();  // built for another architecture: grouped_experts_wgmma_applies() keeps callers away
 #else
     extern __shared__ uint8_t smem_raw[];
-    uint8_t* ring_ptr = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
-    const uint32_t ring = smem_u32(ring_ptr), bars = ring + kRingBytes;  // full[kStages], then empty[kStages]
+    uint8_t* ring_ptr = smem_raw + ((1024 - (mma::smem_addr(smem_raw) & 1023)) & 1023);
+    const uint32_t ring = mma::smem_addr(ring_ptr), bars = ring + kRingBytes;  // full[kStages], then empty[kStages]
     if (threadIdx.x == 0) {
         for (int s = 0; s < kStages; ++s) {
             mbar_init(bars + 8 * s, kProducerThreads);              // the producer threads' cp.async arrivals
@@ -497,7 +486,7 @@ __global__ void __launch_bounds__(kThreads, 1) experts_wgmma_kernel(const Params
             const Tile t = p.tiles[i];
             produce<kGateUp>(p, t, tile_width(t.rows), ring, bars, it);
         }
-        cp_async_wait_all();
+        mma::cp_async_wait_all();
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
@@ -542,23 +531,6 @@ __global__ void to_bf16_permuted_kernel(uint16_t* __restrict__ xb, const float* 
 static_assert(kperm(8 * 5 + 3) == kperm(8 * 5) + 32 + 4 && kperm(8 * 6 + 6) == kperm(8 * 6) + 96,
               "the 8 stored columns of a chunk are 8 real columns 32 (j / 2) + 4 (j % 2) past the first");
 
-// wgmma and setmaxnreg are sm_90a's: the current device must be compute capability 9.0 (and the build must
-// include 90a, which the kernel checks).
-bool device_is_sm90() {
-    static std::atomic<int> cached[64] = {};  // per device: 0 unknown, 1 yes, 2 no
-    int dev = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    int v = cached[dev % 64].load(std::memory_order_relaxed);
-    if (v == 0) {
-        int major = 0, minor = 0;
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        v = major == 9 && minor == 0 ? 1 : 2;
-        cached[dev % 64].store(v, std::memory_order_relaxed);
-    }
-    return v == 1;
-}
-
 bool fp4_expert_ok(const WeightDesc& w, int64_t rows, int64_t cols) {
     return w.format == 2 && w.block_cols == 32 && w.rows == rows && w.cols == cols && w.scale_cols == cols / 32 &&
            w.data && w.scale && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
@@ -591,7 +563,9 @@ struct ExpertDescs {
 }  // namespace
 
 bool grouped_experts_wgmma_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts) {
-    if (num_experts <= 0 || !device_is_sm90()) return false;
+    // wgmma and setmaxnreg are sm_90a's: the device must be compute capability 9.0 (and the build must include 90a,
+    // which the kernel checks).
+    if (num_experts <= 0 || device_compute_capability() != 90) return false;
     const int64_t inter = w1[0].rows, d = w1[0].cols;
     if (inter <= 0 || d <= 0 || inter % kGateUpFeatures != 0 || d % kDownFeatures != 0) return false;
     if (inter > (int64_t{1} << 20) || d > (int64_t{1} << 20)) return false;  // int feature and k indices
@@ -688,9 +662,8 @@ void run_grouped_experts_wgmma_sync(float* x, const std::vector<int64_t>& run_st
     DI_ICHECK(!w1.empty() && w3.size() == w1.size() && w2.size() == w1.size() && run_starts.size() == w1.size() + 1,
               "grouped_experts_wgmma: ", w1.size(), " experts, ", run_starts.size(), " run starts");
     const ExpertDescs d(w1, w3, w2);
-    const std::vector<uint8_t> plan = grouped_experts_wgmma_plan(run_starts.data(), static_cast<int>(w1.size()),
-                                                                 d.w1.data(), d.w3.data(), d.w2.data(), w1[0].cols,
-                                                                 w1[0].rows);
+    const std::vector<uint8_t> plan = grouped_experts_wgmma_plan(
+        run_starts.data(), static_cast<int>(w1.size()), d.w1.data(), d.w3.data(), d.w2.data(), w1[0].cols, w1[0].rows);
     void* device_plan = nullptr;
     DI_CUDA_CHECK(cudaMallocAsync(&device_plan, plan.size(), stream));
     DI_CUDA_CHECK(cudaMemcpyAsync(device_plan, plan.data(), plan.size(), cudaMemcpyHostToDevice, stream));

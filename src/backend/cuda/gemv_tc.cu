@@ -37,15 +37,17 @@ using namespace chunks;
 
 constexpr int kThreads = 256;
 constexpr int kFeatureWarps = 2, kKWarps = 4;  // warps along features and along K
-constexpr int kMaxRows = 32;        // activation rows at most: two m16 MMA tiles
-constexpr int kPad = 8;             // bf16 padding per staged row (rotates the banks)
-constexpr int kStageBytes = 32 * (1024 + kPad) * 2;  // staged activations: 32 rows x 1024 (16 x 2048: less)
-constexpr int kRingBytes = 32 * 1024;                 // weight chunks in flight per block (see ring_stages())
+constexpr int kMaxRows = 32;                   // activation rows at most: two m16 MMA tiles
+constexpr int kPad = 8;                        // bf16 padding per staged row (rotates the banks)
+constexpr int kRingBytes = 32 * 1024;          // weight chunks in flight per block (see ring_stages())
 constexpr int kMaxCluster = 8;
 constexpr int kMaxJobs = 8;  // products per launch
 
-// K staged per cluster rank for MT m16 tiles of rows (the staged bytes stay the same).
+// K staged per cluster rank for MT m16 tiles of rows (the staged bytes stay about the same).
 constexpr int slice_k(int mt) { return 2048 / mt; }
+// Staged activations per block at most: bf16 rows of a rank's slice plus padding, the larger of the two shapes.
+constexpr int stage_bytes(int mt) { return 16 * mt * (slice_k(mt) + kPad) * 2; }
+constexpr int kStageBytes = stage_bytes(1) > stage_bytes(2) ? stage_bytes(1) : stage_bytes(2);
 // Features per tile with MT row tiles: each warp serves MT groups of 8 features (see the kernel).
 constexpr int tile_of(int mt) { return 8 * kFeatureWarps * mt; }
 // Stages of a warp's weight ring: 32 KiB a block, so 16 warps an SM keep up to ~56 KiB of weights in flight
@@ -76,9 +78,9 @@ struct GemvTcParams {
 };
 
 // The activations x [rows, k0 .. k0 + n) (x points at k0) as bf16 rows of `stride` in xs, 4 per step (16-byte
-// loads when aligned), 4 loads in flight. Not inlined: it runs once per input, and inlined it pushes the main
-// loop's registers past three blocks per SM into spills.
-__device__ __noinline__ void stage_x(uint16_t* xs, int stride, const float* x, int64_t lda, int vec4, int rows, int n) {
+// loads when aligned), 4 loads in flight.
+__device__ __forceinline__ void stage_x(uint16_t* xs, int stride, const float* x, int64_t lda, int vec4, int rows,
+                                        int n) {
     const int per_row = n / 4, total = rows * per_row;
     for (int i0 = threadIdx.x; i0 < total; i0 += 4 * kThreads) {
         float4 v[4];

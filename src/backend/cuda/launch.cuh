@@ -11,19 +11,27 @@ namespace deepinfer::cuda {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// The current device's SM count, asked of the driver once per device (launchers size their grids by it on
-// every call).
-inline int device_sm_count() {
-    static std::atomic<int> counts[64] = {};
+// An attribute of the current device, asked of the driver once per device and attribute (launchers consult them
+// on every call).
+template <cudaDeviceAttr kAttr>
+int cached_device_attribute() {
+    static std::atomic<int> values[64] = {};  // value + 1; 0: not asked yet (a minor version may be 0)
     int dev = 0;
     DI_CUDA_CHECK(cudaGetDevice(&dev));
-    std::atomic<int>& cached = counts[dev % 64];
-    int n = cached.load(std::memory_order_relaxed);
-    if (n == 0) {
-        DI_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
-        cached.store(n, std::memory_order_relaxed);
+    std::atomic<int>& cached = values[dev % 64];
+    int v = cached.load(std::memory_order_relaxed) - 1;
+    if (v < 0) {
+        DI_CUDA_CHECK(cudaDeviceGetAttribute(&v, kAttr, dev));
+        cached.store(v + 1, std::memory_order_relaxed);
     }
-    return n;
+    return v;
+}
+
+inline int device_sm_count() { return cached_device_attribute<cudaDevAttrMultiProcessorCount>(); }
+// Compute capability major * 10 + minor (90: Hopper's sm_90).
+inline int device_compute_capability() {
+    return cached_device_attribute<cudaDevAttrComputeCapabilityMajor>() * 10 +
+           cached_device_attribute<cudaDevAttrComputeCapabilityMinor>();
 }
 
 // Raises `kernel`'s dynamic shared memory limit to `bytes`, once per device (`configured`: one bit per device,
