@@ -376,6 +376,44 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
         __syncthreads();  // tile t + 1 staged; this tile's buffer, P and sums free
     }
 
+    float* orow = p.out + (static_cast<int64_t>(row) * p.heads + h0) * d;
+    if (splits == 1) {
+        // One block per (row, head group) (prefill, batch-invariant mode): out = O exp(m - M) / L with the sink
+        // joining M and L, written straight from the accumulators. The merge below costs ~5,000 instructions a
+        // thread (a division, a rank loop and a distributed-shared-memory load per element), more than two key
+        // tiles of MMAs: it dominated the sliding-window layers' prefill.
+        if (sn == 0 && c == 0) {
+#pragma unroll
+            for (int i = 0; i < 2 * SMT; ++i) ml[srow(i)] = m_run[i], ml[HB + srow(i)] = l_run[i];
+        }
+        __syncthreads();
+        const bool pairs = d % 2 == 0 && reinterpret_cast<uintptr_t>(orow) % 8 == 0;
+#pragma unroll
+        for (int mt = 0; mt < HT; ++mt)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int h = mt * 16 + g + 8 * hr;
+                if (h >= nh) continue;
+                const float sink = p.sinks[h0 + h], m = ml[h];
+                const float mx = fmaxf(sink, m);
+                const float l = __fadd_rn(expf(sink - mx), __fmul_rn(ml[HB + h], expf(m - mx)));
+                const float w = __fdiv_rn(expf(m - mx), l);
+                float* o = orow + static_cast<int64_t>(h) * d;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int col = ocol0 + nt * 8 + 2 * c;
+                    const float v0 = __fmul_rn(w, acc[mt][nt][2 * hr]), v1 = __fmul_rn(w, acc[mt][nt][2 * hr + 1]);
+                    if (pairs && col < d) {
+                        *reinterpret_cast<float2*>(o + col) = make_float2(v0, v1);
+                    } else {
+                        if (col < d) o[col] = v0;
+                        if (col + 1 < d) o[col + 1] = v1;
+                    }
+                }
+            }
+        return;
+    }
+
     // Merge the cluster's partial states: out = sum_r exp(m_r - M) O_r / L, with the sink joining M and L.
     constexpr int PLD = DP + 8;  // float row stride of the partial output
     static_assert(HB * PLD * 4 <= 2 * kTileKeys * LD * 2, "the partial output fits in the key tiles");
@@ -392,7 +430,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
 #pragma unroll
         for (int i = 0; i < 2 * SMT; ++i) ml[srow(i)] = m_run[i], ml[HB + srow(i)] = l_run[i];
     }
-    float* orow = p.out + (static_cast<int64_t>(row) * p.heads + h0) * d;
     merge_cluster_outputs<HB, kThreads>(orow, part, PLD, ml, wts, p.sinks + h0, nh, d, splits, rank);
 }
 
