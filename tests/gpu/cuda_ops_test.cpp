@@ -156,6 +156,18 @@ TEST_F(CudaOps, RmsNormRopeSwigluGatedPool) {
         gpu_->rms_norm(io, io, wrd.f32(), 1e-6f);
         EXPECT_LE(rel_error(fetch(io), values(ref)), kBound) << "cols " << cols;
     }
+    // Many rows of up to 1024 floats take a warp per row (prefill's query heads, latents): every width class of
+    // it (1, 2, 4 and 8 float4s a lane, partial ones), a row count that leaves the last block part empty.
+    for (int64_t cols : {int64_t{512}, int64_t{1024}, int64_t{128}, int64_t{200}, int64_t{68}, int64_t{900}}) {
+        const int64_t many = 1029;
+        Tensor xr = host(randn(many * cols, 2.0f), Shape{many, cols}), wr = host(randn(cols), Shape{cols});
+        for (bool weighted : {true, false}) {
+            Tensor ref = Tensor::f32(xr.shape()), out = poisoned(xr.shape()), xd2 = device(xr), wrd = device(wr);
+            cpu_->rms_norm(ref, xr, weighted ? wr.f32() : nullptr, 1e-6f);
+            gpu_->rms_norm(out, xd2, weighted ? wrd.f32() : nullptr, 1e-6f);
+            EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << many << " rows of " << cols;
+        }
+    }
 
     std::vector<int32_t> pos(rows);
     for (int64_t i = 0; i < rows; ++i) pos[i] = static_cast<int32_t>(rng_() % 5000);
