@@ -8,7 +8,12 @@
 //    below as the baseline);
 //  - sparse_attention tc: the tensor-core kernel of the bf16 modes (its own choice of key staging), then with
 //    the other staging forced ("tc gather": fp32 keys gathered per tile; "tc table": a bf16 copy of the table
-//    first), each against the fp32 kernel (the difference is the bf16 rounding, ~3e-3).
+//    first), each against the fp32 kernel (the difference is the bf16 rounding, ~3e-3);
+//  - indexer_scores fp32: the SIMT kernel of DEEPINFER_CUDA_GEMM=tiled, against a naive one (below); "indexer_scores
+//    tc": the tensor-core kernel the bf16 modes run, against the fp32 kernel (the difference is the bf16 rounding
+//    of q and keys, ~3e-3 of the largest score). The decode shapes score T rows against one sequence's entries;
+//    "rows" is indexer_scores_rows at a prefill of 8 sequences x 2048 rows with 512 entries each (its 537 MB of
+//    queries come from HBM; no naive reference).
 //   attention_bench [--iters N] [--no-baseline]
 #include <cuda_runtime.h>
 
@@ -238,28 +243,50 @@ void bench_attention(int rows, bool prefill, const Options& o) {
         CHECK(cudaFree(p));
 }
 
-void bench_indexer(int rows, int entries, const Options& o) {
-    const int64_t qn = static_cast<int64_t>(rows) * kIndexHeads * kIndexDim, sn = static_cast<int64_t>(rows) * entries;
+// `seqs` sequences of `rows` query rows each, scoring their sequence's `entries` keys: one sequence through
+// indexer_scores, several through the rows form (per row its key range, scores [T, entries]).
+void bench_indexer(int seqs, int rows, int entries, const Options& o) {
+    const int64_t t = static_cast<int64_t>(seqs) * rows, qn = t * kIndexHeads * kIndexDim, sn = t * entries;
+    const int64_t kn = static_cast<int64_t>(seqs) * entries * kIndexDim;
     float* q = random_device(qn, 1.0f, 4);
-    float* keys = random_device(static_cast<int64_t>(entries) * kIndexDim, 1.0f, 5);
-    float* w = random_device(static_cast<int64_t>(rows) * kIndexHeads, 1.0f, 6);
-    float *s = nullptr, *s_old = nullptr;
+    float* keys = random_device(kn, 1.0f, 5);
+    float* w = random_device(t * kIndexHeads, 1.0f, 6);
+    std::vector<int32_t> begin, count;
+    for (int64_t r = 0; r < t; ++r) {
+        begin.push_back(static_cast<int32_t>(r / rows * entries));
+        count.push_back(entries);
+    }
+    int32_t* begin_d = seqs > 1 ? to_device(begin) : nullptr;
+    int32_t* count_d = seqs > 1 ? to_device(count) : nullptr;
+    float *s = nullptr, *s_old = nullptr, *s_tc = nullptr;
     CHECK(cudaMalloc(&s, sn * 4));
     CHECK(cudaMalloc(&s_old, sn * 4));
+    CHECK(cudaMalloc(&s_tc, sn * 4));
     const float scale = 1.0f / std::sqrt(static_cast<float>(kIndexDim));
-    const double bytes = 4.0 * (qn + static_cast<double>(entries) * kIndexDim + rows * kIndexHeads + sn);
+    const double bytes = 4.0 * (qn + static_cast<double>(kn) + t * kIndexHeads + sn);
     const double flops = 2.0 * qn * entries;
     const double us = time_us([&] {
-        launch_indexer_scores(s, q, keys, w, rows, kIndexHeads, kIndexDim, entries, scale, nullptr);
+        launch_indexer_scores(s, q, keys, w, t, kIndexHeads, kIndexDim, entries, scale, nullptr, begin_d, count_d);
     }, o.iters);
     char shape[64];
-    std::snprintf(shape, sizeof shape, "T=%d E=%d", rows, entries);
+    if (seqs > 1) std::snprintf(shape, sizeof shape, "rows %dx%d E=%d", seqs, rows, entries);
+    else std::snprintf(shape, sizeof shape, "T=%d E=%d", rows, entries);
     auto old_call = [&] {
         baseline::indexer_scores_kernel<<<static_cast<unsigned>((sn + 255) / 256), 256>>>(
-            s_old, q, keys, w, rows, kIndexHeads, kIndexDim, entries, scale);
+            s_old, q, keys, w, t, kIndexHeads, kIndexDim, entries, scale);
     };
-    report("indexer_scores", shape, us, bytes, flops, o, old_call, [&] { return max_rel_diff(s, s_old, sn); });
-    for (float* p : {q, keys, w, s, s_old}) CHECK(cudaFree(p));
+    Options fp32 = o;
+    fp32.baseline = o.baseline && seqs == 1;
+    report("indexer_scores fp32", shape, us, bytes, flops, fp32, old_call, [&] { return max_rel_diff(s, s_old, sn); });
+    const double tc_us = time_us([&] {
+        launch_indexer_scores_tc(s_tc, q, keys, w, t, kIndexHeads, kIndexDim, entries, scale, nullptr, begin_d,
+                                 count_d);
+    }, o.iters);
+    report_vs("indexer_scores tc", shape, tc_us, bytes, flops, us, max_rel_diff(s_tc, s, sn));
+    for (void* p : {static_cast<void*>(q), static_cast<void*>(keys), static_cast<void*>(w), static_cast<void*>(s),
+                    static_cast<void*>(s_old), static_cast<void*>(s_tc), static_cast<void*>(begin_d),
+                    static_cast<void*>(count_d)})
+        CHECK(cudaFree(p));
 }
 
 }  // namespace
@@ -281,7 +308,8 @@ int main(int argc, char** argv) {
     for (int rows : {1, 8, 32, 128}) bench_attention(rows, false, o);
     bench_attention(2048, true, o);
     for (int rows : {1, 8, 32, 128})
-        for (int entries : {1024, 16384}) bench_indexer(rows, entries, o);
-    bench_indexer(2048, 512, o);
+        for (int entries : {1024, 16384}) bench_indexer(1, rows, entries, o);
+    bench_indexer(1, 2048, 512, o);
+    bench_indexer(8, 2048, 512, o);
     return 0;
 }

@@ -1,14 +1,25 @@
 // The CUDA sparse attention and lightning-indexer kernels against the CPU ops (the oracle) at the shapes of
 // DeepSeek-V4-Flash decode and prefill and at small odd ones, on fresh random inputs each run, outputs poisoned
-// with NaN first. Sparse attention has two kernels, each test runs on both:
+// with NaN first. Both ops have two kernels, and each test runs on both:
 //  - fp32 SIMT (DEEPINFER_CUDA_GEMM=tiled): max |cuda - cpu| / max |cpu| <= 1e-5 (fp32 on both sides), as in
-//    cuda_ops_test.cpp; the indexer (one fp32 kernel in every mode) likewise.
-//  - tensor cores (the default mode): 3e-2, the tolerance table's GPU bound, against the CPU op; and 4e-3
-//    against the CPU op fed the same bf16-rounded q and keys. What is left then is the rounding of the
-//    probabilities to bf16 for the product with V (relative 2^-9 per weight, random in sign, so ~2^-9 / sqrt(3)
-//    = 1.1e-3 of the output's size; an emulation of the kernel's arithmetic on the CPU gives 0.7-1.7e-3 over
-//    these shapes), while a wrong fragment, tile or rescale moves the output by far more than 1e-2.
+//    cuda_ops_test.cpp.
+//  - tensor cores (the default mode): 3e-2, the tolerance table's GPU bound, against the CPU op; and a tight
+//    bound against the CPU op fed the same bf16-rounded q and keys. Sparse attention: 4e-3; what is left then is
+//    the rounding of the probabilities to bf16 for the product with V (relative 2^-9 per weight, random in sign,
+//    so ~2^-9 / sqrt(3) = 1.1e-3 of the output's size; an emulation of the kernel's arithmetic on the CPU gives
+//    0.7-1.7e-3 over these shapes), while a wrong fragment, tile or rescale moves the output by far more than 1e-2.
 // Head dims above 512 take the fp32 kernel in every mode (the tensor-core kernel covers V4's 512).
+//
+// The indexer's scores (fixtures CudaIndexer: the default mode, tensor cores; CudaIndexerTiled: fp32) are held to
+// the same bounds, but relative to the scale of their rounding: max |cuda - cpu| over the largest score of |q|,
+// |k| and |w| (the op on absolute values: every term a score sums, at full size). Against the largest score itself
+// a shape of few scores fails by chance: a dot of 0.5 from 128 terms of size ~1 (relu keeps it) moves by its
+// terms' rounding, not by 2^-9 of 0.5. bf16 q and keys move a dot by at most 2^-8 of its terms' sum, so the
+// tolerance bound holds with room. Against the CPU fed the bf16-rounded q and keys the products are exact and
+// only the order of fp32 sums differs (tensor-core adds may truncate): kIndexerSameInputsBound = 1e-5, under
+// the worst case of such sums at V4's shape ((c + Hi) 2^-23 = 2.3e-5) and 200x over an emulation of the kernel's
+// arithmetic on the CPU (truncating adds: 1e-8 to 5e-8 over these shapes), while the same emulation with a wrong
+// B fragment (k halves swapped) or head weights (g and g + 8 swapped) gives 1.5e-2 to 0.5.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,6 +49,12 @@ constexpr double kAttentionSameInputsBound = 4e-3;
 // The largest head dim the tensor-core kernel takes (attention_tc.cu's kMaxHeadDim); above, every mode runs the
 // fp32 kernel, held to the fp32 bound.
 constexpr int64_t kTcMaxHeadDim = 512;
+// The tensor-core indexer against the CPU fed the same bf16-rounded q and keys, relative to the scores of the
+// absolute values (see the top).
+constexpr double kIndexerSameInputsBound = 1e-5;
+// The shapes the tensor-core indexer takes (indexer_tc.cu: up to 256 heads and c up to 512; every shape here fits
+// its shared memory); others run the fp32 kernel in every mode.
+constexpr int64_t kTcIndexerMaxHeads = 256, kTcIndexerMaxDim = 512;
 
 // Per query row, a list of rows of the key table.
 using KeyLists = std::vector<std::vector<int32_t>>;
@@ -165,18 +182,6 @@ protected:
         return lists;
     }
 
-    void check_indexer(int64_t t, int64_t heads, int64_t c, int64_t entries) {
-        Tensor q = normal(Shape{t, heads, c}, 1.0f), keys = normal(Shape{entries, c}, 1.0f);
-        Tensor w = normal(Shape{t, heads}, 1.0f);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(c));
-        Tensor ref = Tensor::f32(Shape{t, entries});
-        cpu_->indexer_scores(ref, q, keys, w, scale);
-        Tensor qd = on_gpu(q), kd = on_gpu(keys), wd = on_gpu(w), out = nan_filled(Shape{t, entries});
-        gpu_->indexer_scores(out, qd, kd, wd, scale);
-        EXPECT_LE(rel_error(download(out), host_values(ref)), kBound)
-            << "rows " << t << " heads " << heads << " dim " << c << " entries " << entries;
-    }
-
     std::string gemm_, saved_gemm_;
     bool had_gemm_ = false;
     std::unique_ptr<Backend> cpu_, gpu_;
@@ -191,10 +196,107 @@ public:
 INSTANTIATE_TEST_SUITE_P(Kernels, CudaAttention, ::testing::Values("tiled", "auto"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
-// The indexer: one fp32 kernel in every mode.
-class CudaIndexer : public AttentionFixture {
+// A sequence of `rows` query rows scoring `count` keys of one table (indexer_scores_rows).
+struct IndexerSeq {
+    int64_t rows, count;
+};
+
+// The indexer, under DEEPINFER_CUDA_GEMM = `gemm`: errors relative to the scores of the absolute values (see the
+// top). Each test body runs in both fixtures below.
+class IndexerFixture : public AttentionFixture {
+protected:
+    using AttentionFixture::AttentionFixture;
+
+    // Whether the kernel under test for this shape is the tensor-core one.
+    bool tc_indexer(int64_t heads, int64_t c) const {
+        return tensor_cores() && heads <= kTcIndexerMaxHeads && c <= kTcIndexerMaxDim;
+    }
+    static Tensor abs_of(const Tensor& t) {
+        Tensor a = Tensor::f32(t.shape());
+        for (int64_t i = 0; i < t.numel(); ++i) a.f32()[i] = std::fabs(t.f32()[i]);
+        return a;
+    }
+    // max |out - ref| over max |mag| (any NaN: infinite).
+    static double scaled_error(const std::vector<float>& out, const std::vector<float>& ref,
+                               const std::vector<float>& mag) {
+        if (out.size() != ref.size() || out.size() != mag.size()) return INFINITY;
+        double diff = 0, scale = 0;
+        for (size_t i = 0; i < out.size(); ++i) {
+            if (std::isnan(out[i]) || std::isnan(ref[i])) return INFINITY;
+            diff = std::max(diff, static_cast<double>(std::fabs(out[i] - ref[i])));
+            scale = std::max(scale, static_cast<double>(std::fabs(mag[i])));
+        }
+        return scale > 0 ? diff / scale : diff;
+    }
+    // The CPU's scores of one sequence's rows: of q, keys and w; of q and keys rounded to bf16 (tensor cores
+    // only); and of their absolute values.
+    struct IndexerRefs {
+        std::vector<float> ref, ref16, mag;
+    };
+    IndexerRefs cpu_indexer(const Tensor& q, const Tensor& keys, const Tensor& w, float scale, bool tc) {
+        const Shape s{q.dim(0), keys.dim(0)};
+        auto run = [&](const Tensor& qq, const Tensor& kk, const Tensor& ww) {
+            Tensor out = Tensor::f32(s);
+            cpu_->indexer_scores(out, qq, kk, ww, scale);
+            return host_values(out);
+        };
+        IndexerRefs r;
+        r.ref = run(q, keys, w);
+        if (tc) r.ref16 = run(bf16_rounded(q), bf16_rounded(keys), w);
+        r.mag = run(abs_of(q), abs_of(keys), abs_of(w));
+        return r;
+    }
+    void expect_indexer_close(const std::vector<float>& out, const IndexerRefs& r, int64_t heads, int64_t c,
+                              const std::string& what) {
+        if (!tc_indexer(heads, c)) {
+            EXPECT_LE(scaled_error(out, r.ref, r.mag), kBound) << what;
+            return;
+        }
+        EXPECT_LE(scaled_error(out, r.ref, r.mag), kBf16Bound) << what;
+        EXPECT_LE(scaled_error(out, r.ref16, r.mag), kIndexerSameInputsBound) << what << " (bf16-rounded inputs)";
+    }
+    // A device copy of `host` starting `offset` floats into its buffer (offset 1: off 8- and 16-byte alignment).
+    struct Placed {
+        Tensor buffer;
+        TensorView view;
+    };
+    Placed on_gpu_at(const Tensor& host, int64_t offset) {
+        Placed p{gpu_->alloc(DType::kF32, Shape{host.numel() + offset}), {}};
+        p.view = TensorView(static_cast<float*>(p.buffer.view().data()) + offset, DType::kF32, host.shape());
+        if (host.numel()) gpu_->upload(p.view, host.f32());
+        return p;
+    }
+
+    // indexer_scores on t rows of `heads` x c queries and `entries` keys; misaligned: q, keys and w one float off
+    // their buffers' alignment (scalar query staging and key loads).
+    void check_indexer(int64_t t, int64_t heads, int64_t c, int64_t entries, bool misaligned = false) {
+        Tensor q = normal(Shape{t, heads, c}, 1.0f), keys = normal(Shape{entries, c}, 1.0f);
+        Tensor w = normal(Shape{t, heads}, 1.0f);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(c));
+        const IndexerRefs r = cpu_indexer(q, keys, w, scale, tc_indexer(heads, c));
+        const int64_t off = misaligned ? 1 : 0;
+        const Placed qd = on_gpu_at(q, off), kd = on_gpu_at(keys, off), wd = on_gpu_at(w, off);
+        Tensor out = nan_filled(Shape{t, entries});
+        gpu_->indexer_scores(out, qd.view, kd.view, wd.view, scale);
+        expect_indexer_close(download(out), r, heads, c,
+                             "rows " + std::to_string(t) + " heads " + std::to_string(heads) + " dim " +
+                                 std::to_string(c) + " entries " + std::to_string(entries) +
+                                 (misaligned ? " misaligned" : ""));
+    }
+
+    void scores_shapes();
+    void batch_invariant();
+    void rows_of_several_sequences(const std::vector<IndexerSeq>& seqs);
+};
+
+// The default mode (the tensor-core kernel for the shapes it takes) and tiled (the fp32 kernel).
+class CudaIndexer : public IndexerFixture {
 public:
-    CudaIndexer() : AttentionFixture("auto") {}
+    CudaIndexer() : IndexerFixture("auto") {}
+};
+class CudaIndexerTiled : public IndexerFixture {
+public:
+    CudaIndexerTiled() : IndexerFixture("tiled") {}
 };
 
 // V4-Flash decode: 64 heads x 512, 128 window keys + 512 selected of 1024 entries per row (4k context), one
@@ -337,84 +439,132 @@ TEST_P(CudaAttention, BatchInvariantModeIgnoresRowCount) {
     gpu_->set_batch_invariant(false);
 }
 
-// The indexer's scores of a row are the same alone or among 200 rows.
-TEST_F(CudaIndexer, BatchInvariant) {
-    const int64_t t = 200, hi = 64, c = 128, entries = 1024;
-    Tensor iq = on_gpu(normal(Shape{t, hi, c}, 1.0f)), ik = on_gpu(normal(Shape{entries, c}, 1.0f));
-    Tensor iw = on_gpu(normal(Shape{t, hi}, 1.0f));
-    Tensor s_all = nan_filled(Shape{t, entries}), s_one = nan_filled(Shape{1, entries});
-    gpu_->indexer_scores(s_all, iq, ik, iw, 0.1f);
-    gpu_->indexer_scores(s_one, iq.view().slice_rows(7, 8), ik, iw.view().slice_rows(7, 8), 0.1f);
-    const std::vector<float> sa = download(s_all), so = download(s_one);
-    EXPECT_EQ(std::vector<float>(sa.begin() + 7 * entries, sa.begin() + 8 * entries), so);
-}
-
-// V4-Flash indexer (64 heads x 128) and odd ones, from no entries to more than a tile row can hold.
-TEST_F(CudaIndexer, ScoresShapes) {
-    struct HeadShape {
-        int64_t heads, c;
-    };
-    for (int64_t t : {1, 8, 200})
-        for (HeadShape h : {HeadShape{64, 128}, HeadShape{16, 48}, HeadShape{3, 32}, HeadShape{5, 30}})
-            for (int64_t entries : {0, 1, 5, 1024, 5000}) check_indexer(t, h.heads, h.c, entries);
-    check_indexer(1, 64, 128, 16384);  // long context at decode
-}
-
-// Several sequences' rows in one call each (indexer_scores_rows, indexer_select_rows): per row its own keys of
-// one table and its own key-list base, as the V4 model batches its CSA layers; the CPU runs the single-sequence
-// ops row by row. Rows without entries write nothing; columns past a row's count stay untouched.
-TEST_F(CudaIndexer, RowsOfSeveralSequences) {
-    const int64_t heads = 64, c = 128, k = 512;
-    const std::vector<int64_t> counts = {1024, 0, 37, 2000, 600, 512};  // per row (one decode row per sequence)
-    const int64_t t = static_cast<int64_t>(counts.size());
-    std::vector<int32_t> begin, count, starts, limits, bases;
-    int64_t total = 0, slots = 0, widest = 0;
-    for (int64_t r = 0; r < t; ++r) {
-        begin.push_back(static_cast<int32_t>(total));
-        count.push_back(static_cast<int32_t>(counts[r]));
-        limits.push_back(static_cast<int32_t>(counts[r] - (r % 2)));  // some rows see one entry less
-        if (counts[r] == 0) limits.back() = 0;
-        starts.push_back(static_cast<int32_t>(slots + 3));             // gaps that must stay untouched
-        bases.push_back(static_cast<int32_t>(100 * r + 7));
-        slots += 3 + std::min<int64_t>(k, limits.back());
-        total += counts[r];
-        widest = std::max(widest, counts[r]);
-    }
-    Tensor q = normal(Shape{t, heads, c}, 1.0f), keys = normal(Shape{total, c}, 1.0f), w = normal(Shape{t, heads}, 1.0f);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(c));
-    auto host_i32 = [](const std::vector<int32_t>& v) {
-        Tensor h(DType::kI32, Shape{static_cast<int64_t>(v.size())});
-        std::copy(v.begin(), v.end(), h.view().as<int32_t>());
-        return h;
-    };
-    Tensor hb = host_i32(begin), hc = host_i32(count), hs = host_i32(starts), hl = host_i32(limits),
-           hbase = host_i32(bases);
-    Tensor ref = Tensor::f32(Shape{t, widest});
-    std::fill(ref.f32(), ref.f32() + ref.numel(), std::numeric_limits<float>::quiet_NaN());
-    cpu_->indexer_scores_rows(ref, q, keys, w, hb, hc, scale);
-    Tensor out = nan_filled(Shape{t, widest});
-    gpu_->indexer_scores_rows(out, on_gpu(q), on_gpu(keys), on_gpu(w), i32_on_gpu(begin), i32_on_gpu(count), scale);
-    const std::vector<float> got = download(out);
-    double max_ref = 0, max_diff = 0;
-    for (int64_t r = 0; r < t; ++r)
-        for (int64_t e = 0; e < widest; ++e) {
-            const float a = got[r * widest + e], b = ref.f32()[r * widest + e];
-            if (e >= counts[r]) {
-                EXPECT_TRUE(std::isnan(a)) << "row " << r << " column " << e << " past its keys was written";
-                continue;
-            }
-            ASSERT_FALSE(std::isnan(a)) << "row " << r << " entry " << e;
-            max_ref = std::max(max_ref, static_cast<double>(std::fabs(b)));
-            max_diff = std::max(max_diff, static_cast<double>(std::fabs(a - b)));
+// V4-Flash's indexer (64 heads x 128) at 1 to 300 rows and 0 to 5000 entries (the tensor-core kernel's tiles are
+// 128 or 512 entries: partial tiles, warps without entries, several tiles, rows grouped per block), and odd shapes:
+// heads 1, 3, 17 (one m16 tile, mostly padding) and 65 (a fifth tile); c = 1, 7, 130, 257 (scalar query staging
+// and key loads; padded to 64, 256, 512) and 64; q, keys and weights off their vector alignment; a dim above the
+// tensor-core kernel's 512 (the fp32 kernel in every mode).
+void IndexerFixture::scores_shapes() {
+    for (int64_t t : {1, 2, 37, 300})
+        for (int64_t entries : {0, 1, 5, 63, 64, 65, 1024, 5000}) check_indexer(t, 64, 128, entries);
+    for (int64_t heads : {1, 3, 17, 65})
+        for (int64_t c : {1, 7, 64, 130, 257}) {
+            check_indexer(2, heads, c, 63);
+            check_indexer(37, heads, c, 129);
+            check_indexer(300, heads, c, 5);
         }
-    EXPECT_LE(max_diff / max_ref, kBound);
+    check_indexer(1, 64, 128, 16384);  // long context at decode
+    check_indexer(37, 64, 128, 1000, true);
+    check_indexer(5, 3, 64, 100, true);
+    check_indexer(3, 5, 600, 70);
+}
 
-    // The picks from the same (CPU) scores, with the rest of the rows made finite: bitwise the CPU's.
-    for (int64_t i = 0; i < ref.numel(); ++i)
-        if (std::isnan(ref.f32()[i])) ref.f32()[i] = 0.0f;
+// A row's scores are bitwise the same alone or among many rows (the tensor-core kernel takes other entry tiles
+// and row groups then), and in batch-invariant mode.
+void IndexerFixture::batch_invariant() {
+    struct Case {
+        int64_t t, heads, c, entries;
+    };
+    for (Case k : {Case{200, 64, 128, 1024}, Case{300, 17, 130, 70}}) {
+        Tensor iq = on_gpu(normal(Shape{k.t, k.heads, k.c}, 1.0f)), ik = on_gpu(normal(Shape{k.entries, k.c}, 1.0f));
+        Tensor iw = on_gpu(normal(Shape{k.t, k.heads}, 1.0f));
+        Tensor s_all = nan_filled(Shape{k.t, k.entries});
+        gpu_->indexer_scores(s_all, iq, ik, iw, 0.1f);
+        const std::vector<float> sa = download(s_all);
+        gpu_->set_batch_invariant(true);
+        Tensor s_bi = nan_filled(Shape{k.t, k.entries});
+        gpu_->indexer_scores(s_bi, iq, ik, iw, 0.1f);
+        EXPECT_EQ(download(s_bi), sa) << "heads " << k.heads << ": batch-invariant mode";
+        for (int64_t r : {int64_t{0}, int64_t{7}, k.t - 1}) {
+            Tensor s_one = nan_filled(Shape{1, k.entries});
+            gpu_->indexer_scores(s_one, iq.view().slice_rows(r, r + 1), ik, iw.view().slice_rows(r, r + 1), 0.1f);
+            EXPECT_EQ(std::vector<float>(sa.begin() + r * k.entries, sa.begin() + (r + 1) * k.entries),
+                      download(s_one))
+                << "heads " << k.heads << " row " << r;
+        }
+        gpu_->set_batch_invariant(false);
+    }
+}
+
+// Several sequences' rows in one call each (indexer_scores_rows, indexer_select_rows), as the V4 model batches its
+// CSA layers: per sequence its own keys of one table and its own key-list base. The CPU runs each sequence
+// through the single-sequence ops. Rows without entries write nothing; columns past a row's count stay
+// untouched; each sequence's scores are bitwise those of indexer_scores on its rows alone.
+void IndexerFixture::rows_of_several_sequences(const std::vector<IndexerSeq>& seqs) {
+    const int64_t heads = 64, c = 128, k = 512;
+    std::vector<int32_t> begin, count, starts, limits, bases;
+    int64_t t = 0, total = 0, slots = 0, widest = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+        for (int64_t r = 0; r < seqs[i].rows; ++r, ++t) {
+            begin.push_back(static_cast<int32_t>(total));
+            count.push_back(static_cast<int32_t>(seqs[i].count));
+            limits.push_back(static_cast<int32_t>(std::max<int64_t>(0, seqs[i].count - t % 2)));  // one less
+            starts.push_back(static_cast<int32_t>(slots + 3));  // gaps that must stay untouched
+            bases.push_back(static_cast<int32_t>(100 * i + 7));
+            slots += 3 + std::min<int64_t>(k, limits.back());
+        }
+        total += seqs[i].count;
+        widest = std::max(widest, seqs[i].count);
+    }
+    Tensor q = normal(Shape{t, heads, c}, 1.0f), keys = normal(Shape{total, c}, 1.0f);
+    Tensor w = normal(Shape{t, heads}, 1.0f);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c));
+    Tensor qd = on_gpu(q), kd = on_gpu(keys), wd = on_gpu(w);
+    Tensor out = nan_filled(Shape{t, widest});
+    gpu_->indexer_scores_rows(out, qd, kd, wd, i32_on_gpu(begin), i32_on_gpu(count), scale);
+    const std::vector<float> got = download(out);
+    const bool tc = tc_indexer(heads, c);
+
+    // Per sequence: the written columns against the CPU and against the single-sequence op; the rest untouched.
+    Tensor ref = Tensor::f32(Shape{t, widest});  // the CPU's scores, zero past each row's count (for the picks)
+    std::fill(ref.f32(), ref.f32() + ref.numel(), 0.0f);
+    IndexerRefs all;  // the written columns of every row
+    std::vector<float> own_all, got_all;
+    int64_t row0 = 0, key0 = 0;
+    for (const IndexerSeq& sq : seqs) {
+        const std::string what = "sequence at row " + std::to_string(row0) + " (" + std::to_string(sq.rows) +
+                                 " rows x " + std::to_string(sq.count) + " keys)";
+        for (int64_t r = row0; r < row0 + sq.rows; ++r)
+            for (int64_t e = sq.count; e < widest; ++e)
+                ASSERT_TRUE(std::isnan(got[r * widest + e])) << what << ": row " << r << " column " << e << " written";
+        if (sq.count > 0) {
+            Tensor qs = Tensor::f32(Shape{sq.rows, heads, c}), ks = Tensor::f32(Shape{sq.count, c});
+            Tensor ws = Tensor::f32(Shape{sq.rows, heads});
+            std::copy(q.f32() + row0 * heads * c, q.f32() + (row0 + sq.rows) * heads * c, qs.f32());
+            std::copy(keys.f32() + key0 * c, keys.f32() + (key0 + sq.count) * c, ks.f32());
+            std::copy(w.f32() + row0 * heads, w.f32() + (row0 + sq.rows) * heads, ws.f32());
+            const IndexerRefs r = cpu_indexer(qs, ks, ws, scale, tc);
+            Tensor own = nan_filled(Shape{sq.rows, sq.count});
+            gpu_->indexer_scores(own, qd.view().slice_rows(row0, row0 + sq.rows),
+                                 kd.view().slice_rows(key0, key0 + sq.count),
+                                 wd.view().slice_rows(row0, row0 + sq.rows), scale);
+            const std::vector<float> own_h = download(own);
+            for (int64_t i = 0; i < sq.rows; ++i) {
+                const float* g = got.data() + (row0 + i) * widest;
+                got_all.insert(got_all.end(), g, g + sq.count);
+                std::copy(r.ref.begin() + i * sq.count, r.ref.begin() + (i + 1) * sq.count,
+                          ref.f32() + (row0 + i) * widest);
+            }
+            own_all.insert(own_all.end(), own_h.begin(), own_h.end());
+            all.ref.insert(all.ref.end(), r.ref.begin(), r.ref.end());
+            all.ref16.insert(all.ref16.end(), r.ref16.begin(), r.ref16.end());
+            all.mag.insert(all.mag.end(), r.mag.begin(), r.mag.end());
+        }
+        row0 += sq.rows;
+        key0 += sq.count;
+    }
+    EXPECT_EQ(got_all, own_all) << "the rows form against indexer_scores per sequence";
+    expect_indexer_close(got_all, all, heads, c,
+                         std::to_string(t) + " rows of " + std::to_string(seqs.size()) + " sequences");
+
+    // The picks from the same (CPU) scores: bitwise the CPU's.
+    Tensor hs(DType::kI32, Shape{t}), hl(DType::kI32, Shape{t}), hb(DType::kI32, Shape{t});
+    std::copy(starts.begin(), starts.end(), hs.view().as<int32_t>());
+    std::copy(limits.begin(), limits.end(), hl.view().as<int32_t>());
+    std::copy(bases.begin(), bases.end(), hb.view().as<int32_t>());
     Tensor picks_ref(DType::kI32, Shape{slots + 1});
     std::fill(picks_ref.view().as<int32_t>(), picks_ref.view().as<int32_t>() + picks_ref.numel(), -9);
-    cpu_->indexer_select_rows(picks_ref, hs, ref, hl, hbase, static_cast<int>(k));
+    cpu_->indexer_select_rows(picks_ref, hs, ref, hl, hb, static_cast<int>(k));
     Tensor picks = gpu_->alloc(DType::kI32, picks_ref.shape());
     const std::vector<int32_t> fill(picks_ref.numel(), -9);
     gpu_->upload(picks, fill.data());
@@ -424,6 +574,24 @@ TEST_F(CudaIndexer, RowsOfSeveralSequences) {
     gpu_->download(got_picks.data(), picks);
     for (int64_t i = 0; i < picks_ref.numel(); ++i)
         ASSERT_EQ(got_picks[i], picks_ref.view().as<int32_t>()[i]) << "slot " << i;
+}
+
+TEST_F(CudaIndexer, BatchInvariant) { batch_invariant(); }
+TEST_F(CudaIndexerTiled, BatchInvariant) { batch_invariant(); }
+TEST_F(CudaIndexer, ScoresShapes) { scores_shapes(); }
+TEST_F(CudaIndexerTiled, ScoresShapes) { scores_shapes(); }
+
+// Sequences of (rows, keys). Decode: one row per sequence, ragged counts, a sequence without entries.
+// Prefill-like: sequences of many rows; the tensor-core kernel's row groups (on an H200: 4 and 8 rows) hold
+// sequence boundaries, rows of different key ranges and rows whose keys end before a block's entries.
+const std::vector<IndexerSeq> kDecodeSeqs = {{1, 1024}, {1, 0}, {1, 37}, {1, 2000}, {1, 600}, {1, 512}};
+const std::vector<IndexerSeq> kPrefillSeqs = {{70, 600}, {1, 0}, {3, 37}, {130, 512}, {2, 2000}, {45, 64}, {300, 129}};
+const std::vector<IndexerSeq> kLongSeqs = {{1500, 100}, {700, 512}, {5, 0}, {900, 65}};
+TEST_F(CudaIndexer, RowsOfSeveralSequences) {
+    for (const auto* seqs : {&kDecodeSeqs, &kPrefillSeqs, &kLongSeqs}) rows_of_several_sequences(*seqs);
+}
+TEST_F(CudaIndexerTiled, RowsOfSeveralSequences) {
+    for (const auto* seqs : {&kDecodeSeqs, &kPrefillSeqs, &kLongSeqs}) rows_of_several_sequences(*seqs);
 }
 
 }  // namespace

@@ -140,6 +140,14 @@ void launch_sparse_attention_tc(float* out, const float* q, const float* keys, i
 void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
                            int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream,
                            const int32_t* key_begin = nullptr, const int32_t* key_count = nullptr);
+// The same op on the tensor cores (indexer_tc.cu), for the bf16 modes: q and keys rounded to bf16, fp32
+// accumulation, relu, weights and head sums. Each output's summation order depends only on heads and c, so a row's
+// scores do not depend on the other rows (batch-invariant). Takes up to 256 heads and c up to 512 where the
+// shared memory allows (indexer_scores_tc_applies); any T, E, key ranges and pointer alignment.
+bool indexer_scores_tc_applies(int64_t heads, int64_t c);
+void launch_indexer_scores_tc(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
+                              int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream,
+                              const int32_t* key_begin = nullptr, const int32_t* key_count = nullptr);
 
 void launch_gather_rows(float* dst, const float* const* rows, int64_t r, int64_t c, cudaStream_t stream);
 void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_t c, cudaStream_t stream);
