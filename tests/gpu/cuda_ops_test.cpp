@@ -25,15 +25,108 @@ using testing_support::make_weight;
 using testing_support::rel_error;
 using testing_support::kBound;
 
+// The hyper-connection tests' inputs on both backends: streams [rows, n, d] (the device copy `offset` floats into
+// its allocation: 1 leaves it 4-byte aligned only), the mix's weights fn [(2 + n) n, n d] and the head's [n, n d].
+struct HcInputs {
+    int n = 0;
+    int64_t rows = 0, d = 0;
+    Tensor streams, fn, base, scale, hfn, hbase, hscale;         // host
+    Tensor sd_alloc, fnd, based, scaled, hfnd, hbased, hscaled;  // device
+    TensorView sd;                                               // the device streams, in sd_alloc
+
+    HcParams mix(bool dev) const {
+        return dev ? HcParams{fnd.f32(), based.f32(), scaled.f32(), n, 20, 1e-6f, 1e-6f}
+                   : HcParams{fn.f32(), base.f32(), scale.f32(), n, 20, 1e-6f, 1e-6f};
+    }
+    HcParams head(bool dev) const {
+        return dev ? HcParams{hfnd.f32(), hbased.f32(), hscaled.f32(), n, 0, 1e-6f, 1e-6f}
+                   : HcParams{hfn.f32(), hbase.f32(), hscale.f32(), n, 0, 1e-6f, 1e-6f};
+    }
+};
+
+// What the mix dot products feed: hc_mix's pre, post and comb, hc_pre's collapsed streams, hc_head's output.
+struct HcOutputs {
+    std::vector<float> pre, post, comb, collapsed, head;
+};
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void expect_hc_near(const HcOutputs& a, const HcOutputs& ref, double bound) {
+    EXPECT_LE(rel_error(a.pre, ref.pre), bound) << "pre";
+    EXPECT_LE(rel_error(a.post, ref.post), bound) << "post";
+    EXPECT_LE(rel_error(a.comb, ref.comb), bound) << "comb";
+    EXPECT_LE(rel_error(a.collapsed, ref.collapsed), bound) << "collapsed";
+    EXPECT_LE(rel_error(a.head, ref.head), bound) << "head";
+}
+
 // This file checks the exact fp32 paths: products of more than 8 rows on the tiled kernel
-// (cuda_gemm_tc_test.cpp covers the tensor-core one at the bf16 bound).
+// (cuda_gemm_tc_test.cpp covers the tensor-core one at the bf16 bound); and, in CudaOpsDefaultMode, the default
+// mode's hyper-connection dots on the tensor cores at fp32-level accuracy.
 class CudaOps : public testing_support::CudaCompare {
 public:
     CudaOps() : CudaCompare("tiled") {}
 
 protected:
+    explicit CudaOps(const char* gemm) : CudaCompare(gemm) {}
     void check_linear(int format, int64_t t, int64_t n, int64_t k);
+    HcInputs hc_inputs(int n, int64_t rows, int64_t d, float fn_std, int64_t offset = 0);
+    HcOutputs hc_on_cpu(const HcInputs& in);
+    HcOutputs hc_on_gpu(const HcInputs& in);
+    void check_hc_ignores_row_count();
 };
+
+// fn ~ N(0, fn_std^2), base ~ N(0, 0.25), streams ~ N(0, 1).
+HcInputs CudaOps::hc_inputs(int n, int64_t rows, int64_t d, float fn_std, int64_t offset) {
+    HcInputs in;
+    in.n = n;
+    in.rows = rows;
+    in.d = d;
+    const int64_t mix = (2 + n) * n, width = n * d;
+    in.streams = host(randn(rows * width), Shape{rows, n, d});
+    in.fn = host(randn(mix * width, fn_std), Shape{mix, width});
+    in.base = host(randn(mix, 0.5f), Shape{mix});
+    in.scale = host({0.7f, 1.3f, 0.9f}, Shape{3});
+    in.hfn = host(randn(n * width, fn_std), Shape{n, width});
+    in.hbase = host(randn(n, 0.5f), Shape{n});
+    in.hscale = host({1.1f}, Shape{1});
+    in.sd_alloc = gpu_->alloc(DType::kF32, Shape{rows * width + offset});
+    in.sd = TensorView(in.sd_alloc.f32() + offset, DType::kF32, Shape{rows, n, d});
+    gpu_->upload(in.sd, in.streams.f32());
+    in.fnd = device(in.fn);
+    in.based = device(in.base);
+    in.scaled = device(in.scale);
+    in.hfnd = device(in.hfn);
+    in.hbased = device(in.hbase);
+    in.hscaled = device(in.hscale);
+    return in;
+}
+
+HcOutputs CudaOps::hc_on_cpu(const HcInputs& in) {
+    const int n = in.n;
+    const int64_t rows = in.rows, d = in.d;
+    Tensor pre = Tensor::f32(Shape{rows, n}), post = Tensor::f32(Shape{rows, n}), comb = Tensor::f32(Shape{rows, n, n});
+    cpu_->hc_mix(pre, post, comb, in.streams, in.mix(false));
+    Tensor collapsed = Tensor::f32(Shape{rows, d});
+    Tensor post2 = Tensor::f32(post.shape()), comb2 = Tensor::f32(comb.shape());
+    cpu_->hc_pre(collapsed, post2, comb2, in.streams, in.mix(false));
+    Tensor head = Tensor::f32(Shape{rows, d});
+    cpu_->hc_head(head, in.streams, in.head(false));
+    return {values(pre), values(post), values(comb), values(collapsed), values(head)};
+}
+
+HcOutputs CudaOps::hc_on_gpu(const HcInputs& in) {
+    const int n = in.n;
+    const int64_t rows = in.rows, d = in.d;
+    Tensor pre = poisoned(Shape{rows, n}), post = poisoned(Shape{rows, n}), comb = poisoned(Shape{rows, n, n});
+    gpu_->hc_mix(pre, post, comb, in.sd, in.mix(true));
+    Tensor collapsed = poisoned(Shape{rows, d}), post2 = poisoned(post.shape()), comb2 = poisoned(comb.shape());
+    gpu_->hc_pre(collapsed, post2, comb2, in.sd, in.mix(true));
+    Tensor head = poisoned(Shape{rows, d});
+    gpu_->hc_head(head, in.sd, in.head(true));
+    return {fetch(pre), fetch(post), fetch(comb), fetch(collapsed), fetch(head)};
+}
 
 // A [t, k] x [n, k]^T product of a fresh weight in `format` (see make_weight) on both backends.
 void CudaOps::check_linear(int format, int64_t t, int64_t n, int64_t k) {
@@ -216,12 +309,13 @@ TEST_F(CudaOps, FakeQuantizeIsBitwiseTheCpuRecipe) {
     }
 }
 
-// Every hyper-connection op against the CPU. The mix dot products split the width into chunks of 512 and take
-// one kernel for up to 64 rows and a tiled one above (8 rows of fn per block below 512 rows, 24 from there):
-// d = 96 and 33 fit one partial chunk; n = 3 makes widths that are not whole float4s and a generic n; 5000
-// rows cross the 4096-row scratch slabs. The model's shape (n = 4, d = 4096: width 16384) at 1, 3, 8 and 300
-// rows takes fn ~ N(0, 1 / width), so the logits are O(1): with larger ones (std 0.05: logits ~6) the CPU
-// oracle's own serial-sum error over 16384 terms (~sqrt(width) * 2^-24 relative) reaches ~7e-6 of the 1e-5 bound.
+// Every hyper-connection op against the CPU, in this fixture's exact mode (the default mode's tensor-core dots:
+// CudaOpsDefaultMode below). The mix dot products split the width into chunks of 512 and take one kernel for up
+// to 64 rows and a tiled one above (8 rows of fn per block below 512 rows, 24 from there): d = 96 and 33 fit one
+// partial chunk; n = 3 makes widths that are not whole float4s and a generic n; 5000 rows cross the 4096-row
+// scratch slabs. The model's shape (n = 4, d = 4096: width 16384) at 1, 3, 8 and 300 rows takes fn ~ N(0, 1 /
+// width), so the logits are O(1): with larger ones (std 0.05: logits ~6) the CPU oracle's own serial-sum error
+// over 16384 terms (~sqrt(width) * 2^-24 relative) reaches ~7e-6 of the 1e-5 bound.
 TEST_F(CudaOps, HyperConnections) {
     struct Case {
         int n;
@@ -274,7 +368,7 @@ TEST_F(CudaOps, HyperConnections) {
 // A row's mix coefficients and head output are bitwise the same alone or inside a larger call: the sums'
 // order depends only on the width. 520 rows take the tiled kernel with 24 fn rows per block; the slices take
 // the few-row kernel (1, 3, 8 rows) and the tiled one with 8 fn rows per block (300 rows).
-TEST_F(CudaOps, HyperConnectionsIgnoreRowCount) {
+void CudaOps::check_hc_ignores_row_count() {
     const int n = 4, mix = (2 + n) * n;
     const int64_t rows = 520, d = 4096, width = n * d;
     const float fn_std = 1.0f / std::sqrt(float(width));
@@ -308,6 +402,85 @@ TEST_F(CudaOps, HyperConnectionsIgnoreRowCount) {
         EXPECT_EQ(fetch(comb_s), rows_of(comb_all, n * n, b, e));
         EXPECT_EQ(fetch(head_s), rows_of(head_all, d, b, e));
     }
+}
+
+TEST_F(CudaOps, HyperConnectionsIgnoreRowCount) { check_hc_ignores_row_count(); }
+
+// The default mode: hyper-connection mixes of more than 64 rows take the 3xTF32 tensor-core dots (hc_dots_tc.cu)
+// where their layout applies (width % 4 == 0, 16-byte aligned streams and fn, at most 24 fn rows); batch-invariant
+// mode keeps the SIMT kernels.
+class CudaOpsDefaultMode : public CudaOps {
+public:
+    CudaOpsDefaultMode() : CudaOps("auto") {}
+
+protected:
+    // Batch-invariant mode's outputs: the SIMT kernels'.
+    HcOutputs hc_simt(const HcInputs& in) {
+        gpu_->set_batch_invariant(true);
+        HcOutputs out = hc_on_gpu(in);
+        gpu_->set_batch_invariant(false);
+        return out;
+    }
+};
+
+// Bounds of the tensor-core dots. 3xTF32 holds each factor to 2^-22 and drops a term under 2^-22 |ab|, errors of
+// random sign. A host emulation of the kernel (tf32 rounding; the accumulator truncated, not rounded, after every
+// 4 products; the per-stage sums) at the model's shape, fn ~ N(0, 1 / width) (logits O(1)), puts its
+// coefficients ~3.5e-7 (600 rows) to ~6.6e-7 (4100) from the fp32 SIMT kernels' and ~3.5e-6 to ~4.4e-6 from the
+// CPU's (the CPU's own serial-sum error): the fp32 bound kBound against the CPU and kTcVsSimtBound against the
+// SIMT kernels. Plain TF32 (no lo terms) lands ~3.3e-4 from both, one accumulator for a whole split (no per-stage
+// sums) ~2.5e-5 to ~5.6e-5: each fails both.
+constexpr double kTcVsSimtBound = 2e-6;
+
+// The model's shape (n = 4, d = 4096) at 600 rows (a partial last token tile) and 4100; then width 108 (a partial
+// 32-wide stage; 15 fn rows: two n8 tiles; n = 3), 100 at 65 rows (one above the few-row kernel; 8 fn rows),
+// 4004 at 129 rows (a 4-wide stage tail, a one-row last tile) and 32 at 17000 rows (two 16384-row slabs). Each
+// against the CPU, against the SIMT kernels, and not bitwise equal to the latter (the tensor-core dots ran).
+TEST_F(CudaOpsDefaultMode, HyperConnectionsOnTensorCores) {
+    struct Case {
+        int n;
+        int64_t rows, d;
+    };
+    for (Case k : {Case{4, 600, 4096}, Case{4, 4100, 4096}, Case{3, 700, 36}, Case{2, 65, 50}, Case{4, 129, 1001},
+                   Case{4, 17000, 8}}) {
+        SCOPED_TRACE(testing::Message() << "n " << k.n << " rows " << k.rows << " d " << k.d);
+        const HcInputs in = hc_inputs(k.n, k.rows, k.d, 1.0f / std::sqrt(float(k.n * k.d)));
+        const HcOutputs tc = hc_on_gpu(in), simt = hc_simt(in);
+        expect_hc_near(tc, hc_on_cpu(in), kBound);
+        expect_hc_near(tc, simt, kTcVsSimtBound);
+        EXPECT_FALSE(same_bits(tc.pre, simt.pre) && same_bits(tc.post, simt.post) && same_bits(tc.comb, simt.comb))
+            << "the mix took the SIMT kernels";
+    }
+}
+
+// Where the tensor-core dots do not apply, the default mode gives batch-invariant mode's (SIMT) results bit for bit:
+// width 99 (not whole float4s), streams 4 bytes past 16-byte alignment, n = 5 (35 fn rows; the head's 5 rows
+// still take the tensor cores), 64 rows (the few-row kernel).
+TEST_F(CudaOpsDefaultMode, HyperConnectionsFallBackToSimt) {
+    struct Case {
+        int n;
+        int64_t rows, d, offset;
+    };
+    for (Case k : {Case{3, 300, 33, 0}, Case{4, 300, 512, 1}, Case{5, 100, 64, 0}, Case{4, 64, 4096, 0}}) {
+        SCOPED_TRACE(testing::Message() << "n " << k.n << " rows " << k.rows << " d " << k.d << " offset " << k.offset);
+        const HcInputs in = hc_inputs(k.n, k.rows, k.d, 1.0f / std::sqrt(float(k.n * k.d)), k.offset);
+        const HcOutputs out = hc_on_gpu(in), simt = hc_simt(in);
+        expect_hc_near(out, hc_on_cpu(in), kBound);
+        EXPECT_TRUE(same_bits(out.pre, simt.pre) && same_bits(out.post, simt.post) && same_bits(out.comb, simt.comb) &&
+                    same_bits(out.collapsed, simt.collapsed))
+            << "the mix took the tensor cores";
+        if (k.n != 5) {
+            EXPECT_TRUE(same_bits(out.head, simt.head)) << "the head took the tensor cores";
+        }
+    }
+}
+
+// Batch-invariant mode keeps the SIMT kernels, whose results do not depend on the row count (520 rows would
+// take the tensor cores otherwise).
+TEST_F(CudaOpsDefaultMode, HyperConnectionsBatchInvariantModeIgnoresRowCount) {
+    gpu_->set_batch_invariant(true);
+    check_hc_ignores_row_count();
+    gpu_->set_batch_invariant(false);
 }
 
 TEST_F(CudaOps, SparseAttentionAndIndexerScores) {

@@ -317,7 +317,7 @@ public:
     void hc_mix(TensorView pre, TensorView post, TensorView comb, TensorView streams, const HcParams& p) override {
         const auto op = profiler_->scope("hc_mix");
         cuda::launch_hc_mix(pre.f32(), post.f32(), comb.f32(), streams.f32(), streams.dim(0), streams.dim(2),
-                            describe(p), stream_);
+                            hc_describe(p), stream_);
     }
     void hc_collapse(TensorView collapsed, TensorView streams, TensorView pre) override {
         const auto op = profiler_->scope("hc_collapse");
@@ -332,8 +332,15 @@ public:
     void hc_head(TensorView out, TensorView streams, const HcParams& p) override {
         const auto op = profiler_->scope("hc_head");
         Tensor pre = alloc(DType::kF32, Shape{streams.dim(0), p.n});
-        cuda::launch_hc_head_pre(pre.f32(), streams.f32(), streams.dim(0), streams.dim(2), describe(p), stream_);
+        cuda::launch_hc_head_pre(pre.f32(), streams.f32(), streams.dim(0), streams.dim(2), hc_describe(p), stream_);
         hc_collapse(out, streams, pre);
+    }
+    // The mix dots of many rows on the 3xTF32 tensor cores (fp32-level accuracy) except in batch-invariant mode
+    // (a row's result would depend on the row count) and in tiled mode (the SIMT kernels: fp32 FMAs throughout).
+    cuda::HcDesc hc_describe(const HcParams& p) const {
+        cuda::HcDesc d = describe(p);
+        d.tensor_cores = !batch_invariant_ && gemm_mode_ != GemmMode::kTiled;
+        return d;
     }
     void sparse_attention(TensorView out, TensorView q, TensorView keys, const int32_t* offsets,
                           const int32_t* indices, const float* sinks, float scale) override {

@@ -15,10 +15,11 @@
 // memory latency per block) and one for many (lanes own tokens, fn staged in shared memory and reused by 64
 // tokens, f read once). Neither the kernel choice nor any tile shape changes the arithmetic, so a token's
 // coefficients are bitwise the same whatever else is in the call (batch-invariant by construction).
+// Outside batch-invariant and exact modes (HcDesc::tensor_cores), calls of more than kFewTokens tokens take the
+// 3xTF32 tensor-core kernel instead (hc_dots_tc.cu: fp32-level accuracy, bound by reading f where the tiled
+// kernel is bound by its FMAs), whose partials are per split of the width, their count set by the token count.
 #include <algorithm>
 #include <cstdint>
-
-#include <algorithm>
 #include <initializer_list>
 
 #include "backend/cuda/kernels.h"
@@ -39,6 +40,8 @@ constexpr int64_t kFewTokens = 64;       // up to this many tokens take the few-
 constexpr int64_t kWideRowTokens = 512;  // from this many tokens the tiled kernel covers 24 rows per block
 constexpr int64_t kSlabTokens = 4096;    // tokens per partials scratch (13 MB at W = 16384, M = 24)
 constexpr int kFinishTokens = 8;         // tokens per finish block: enough blocks to overlap the partial loads
+// Tokens per partials scratch of the tensor-core dots: 6.5 MB at W = 16384, M = 24 (4 splits: hc_dots_tc.cu).
+constexpr int64_t kTcSlabTokens = 16384;
 
 __device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -253,9 +256,9 @@ __device__ __forceinline__ void finish_n4(float* __restrict__ pre, float* __rest
     if (live) comb[t * n * n + e] = c;
 }
 
-// Per token: add the chunk partials in chunk order (threads over (token, virtual row)), then scale by
-// rsqrt(mean square + eps) and make the coefficients: pre/post/comb (16 threads a token for n = 4, else one), or
-// the head's pre only.
+// Per token: add the partials (of the chunks, or of the tensor-core dots' splits) in order (threads over (token,
+// virtual row)), then scale by rsqrt(mean square + eps) and make the coefficients: pre/post/comb (16 threads a
+// token for n = 4, else one), or the head's pre only.
 // part: [T, chunks, M + 1] f32 with M = (2 + n) * n, or n for the head.
 template <int N, bool kHead>
 __global__ void __launch_bounds__(128)
@@ -415,19 +418,27 @@ void launch_dots(float* part, const float* f, int64_t tokens, int64_t width, con
     DI_CUDA_LAUNCH_CHECK();
 }
 
-// Runs the dots and the finish over slabs of at most kSlabTokens tokens, so the partials scratch stays small;
-// tokens are independent, so slabs do not change results.
+// Runs the dots and the finish over slabs of at most kSlabTokens tokens (kTcSlabTokens on the tensor cores), so
+// the partials scratch stays small; tokens are independent, so slabs do not change results. The tensor-core dots
+// take calls of more than kFewTokens tokens when allowed and their layout applies (else the SIMT kernels); their
+// split width is set by the first slab, for all.
 template <typename Finish>
-void mix_in_slabs(const float* streams, int64_t rows, int64_t width, const float* fn, int mix_rows, cudaStream_t stream,
-                  Finish finish) {
+void mix_in_slabs(const float* streams, int64_t rows, int64_t width, const float* fn, int mix_rows, bool tensor_cores,
+                  cudaStream_t stream, Finish finish) {
     DI_ICHECK(kFinishTokens * (mix_rows + 1) * sizeof(float) <= 48 * 1024, "hc mix rows ", mix_rows, " too many");
-    const int chunks = chunks_for(width);
-    const int64_t slab = std::min(rows, kSlabTokens);
-    float* part = scratch_floats(slab * chunks * (mix_rows + 1), stream);  // [slab, chunks, M + 1] f32
+    const bool tc = tensor_cores && rows > kFewTokens && hc_dots_tc_applies(streams, width, fn, mix_rows);
+    const int64_t slab = std::min(rows, tc ? kTcSlabTokens : kSlabTokens);
+    const int64_t split_width = tc ? hc_dots_tc_split_width(slab, width) : kChunk;
+    const int parts = static_cast<int>((width + split_width - 1) / split_width);  // partials per token
+    float* part = scratch_floats(slab * parts * (mix_rows + 1), stream);          // [slab, parts, M + 1] f32
     for (int64_t t0 = 0; t0 < rows; t0 += slab) {
         const int64_t count = std::min(slab, rows - t0);
-        launch_dots(part, streams + t0 * width, count, width, fn, mix_rows, stream);
-        finish(part, t0, count, chunks);
+        if (tc) {
+            launch_hc_dots_tc(part, streams + t0 * width, count, width, fn, mix_rows, split_width, stream);
+        } else {
+            launch_dots(part, streams + t0 * width, count, width, fn, mix_rows, stream);
+        }
+        finish(part, t0, count, parts);
         DI_CUDA_LAUNCH_CHECK();
     }
     DI_CUDA_CHECK(cudaFreeAsync(part, stream));
@@ -441,7 +452,7 @@ void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, i
     const int n = p.n, mix_rows = (2 + n) * n;
     const int64_t width = n * d;
     const size_t smem = kFinishTokens * (mix_rows + 1) * sizeof(float);
-    mix_in_slabs(streams, rows, width, p.fn, mix_rows, stream,
+    mix_in_slabs(streams, rows, width, p.fn, mix_rows, p.tensor_cores, stream,
                  [&](const float* part, int64_t t0, int64_t count, int chunks) {
                      auto kernel = n == 4 ? hc_finish_kernel<4, false> : hc_finish_kernel<0, false>;
                      kernel<<<blocks_for(count, kFinishTokens), 128, smem, stream>>>(
@@ -455,10 +466,11 @@ void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t 
     const int n = p.n;
     const int64_t width = n * d;
     const size_t smem = kFinishTokens * (n + 1) * sizeof(float);
-    mix_in_slabs(streams, rows, width, p.fn, n, stream, [&](const float* part, int64_t t0, int64_t count, int chunks) {
-        hc_finish_kernel<0, true><<<blocks_for(count, kFinishTokens), 128, smem, stream>>>(
-            pre + t0 * n, nullptr, nullptr, part, count, chunks, width, p);
-    });
+    mix_in_slabs(streams, rows, width, p.fn, n, p.tensor_cores, stream,
+                 [&](const float* part, int64_t t0, int64_t count, int chunks) {
+                     hc_finish_kernel<0, true><<<blocks_for(count, kFinishTokens), 128, smem, stream>>>(
+                         pre + t0 * n, nullptr, nullptr, part, count, chunks, width, p);
+                 });
 }
 
 void launch_hc_collapse(float* out, const float* streams, const float* pre, int64_t rows, int64_t n, int64_t d,

@@ -106,6 +106,9 @@ struct HcDesc {
     const float* scale;  // [3] or [1]
     int n, sinkhorn_iters;
     float hc_eps, norm_eps;
+    // Calls of more than a few rows may take the 3xTF32 tensor-core dots (hc_dots_tc.cu: fp32-level accuracy, but
+    // a row's result depends on the row count): not for batch-invariant or the exact fp32 mode.
+    bool tensor_cores = false;
 };
 void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
                    const HcDesc& p, cudaStream_t stream);
@@ -115,6 +118,13 @@ void launch_hc_post(float* out, const float* y, const float* post, const float* 
                     int64_t rows, int64_t n, int64_t d, cudaStream_t stream);
 void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
                         cudaStream_t stream);
+// The mix dots on the tensor cores (hc_dots_tc.cu): part [tokens, S, rows + 1] = the partials of S = ceil(width
+// / split_width) splits of the width of f [tokens, width] . fn [rows, width]^T and of the sums of squares. Applies
+// for rows <= 24, width % 4 == 0 and 16-byte aligned f and fn; split_width from hc_dots_tc_split_width.
+bool hc_dots_tc_applies(const float* f, int64_t width, const float* fn, int rows);
+int64_t hc_dots_tc_split_width(int64_t tokens, int64_t width);
+void launch_hc_dots_tc(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
+                       int64_t split_width, cudaStream_t stream);
 
 // batch_invariant: never split a row's key list over several blocks, so a row's result does not depend on the
 // number of rows in the call.

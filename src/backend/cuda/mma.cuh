@@ -1,4 +1,5 @@
-// Warp-level bf16 tensor-core helpers (mma.sync m16n8k16, ldmatrix) shared by the tensor-core kernels.
+// Warp-level tensor-core helpers (bf16 mma.sync m16n8k16, tf32 m16n8k8, ldmatrix) shared by the tensor-core
+// kernels.
 //
 // Fragment layout of mma.m16n8k16 (lane = 4 g + c): A (16 x 16, row) a0: row g, k 2c..2c+1; a1: row g + 8;
 // a2: row g, k 2c+8..; a3: row g + 8, k 2c+8..; B (16 x 8, col) b0: k 2c..2c+1 of column g, b1: k 2c+8..;
@@ -48,6 +49,24 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1
                                          uint32_t b0, uint32_t b1) {
     const uint32_t a[4] = {a0, a1, a2, a3};
     mma_bf16(d, a, b0, b1);
+}
+
+// d += a . b: a 16x8 (row), b 8x8 (col), tf32 (fp32 bit patterns whose low 13 bits the unit ignores); d 16x8 f32.
+// Fragments (lane = 4 g + c): a0 row g, k c; a1 row g + 8, k c; a2 row g, k c + 4; a3 row g + 8, k c + 4;
+// b0 k c of column g, b1 k c + 4; d as for m16n8k16.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// x rounded to tf32 (nearest, ties away from zero): fp32 bits with the low 13 zero.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
 }
 
 // Two floats as a bf16 pair (round to nearest even), lo in the low half.

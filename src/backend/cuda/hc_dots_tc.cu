@@ -1,0 +1,286 @@
+// The mHC mix's dot products (hyper_connection.cu) for many tokens on the tensor cores, at fp32 accuracy (3xTF32).
+//
+// raw[t, j] = f_t . fn_j (j < M) and raw[t, M] = f_t . f_t, for f [T, W] and fn [M, W]: a GEMM with the tokens as
+// the MMA's rows, the fn rows as its columns (M padded with zero rows to NT whole 8s: 24 = 3 x 8 at the model's
+// shape) and the width as the reduction. Every value x (of f and of fn) is split x = hi + lo, hi = tf32(x),
+// lo = tf32(x - hi), and a product taken as a_lo b_hi + a_hi b_lo + a_hi b_hi: three mma.sync m16n8k8 tf32, the
+// a_lo b_lo term dropped. The sums of squares take no MMA: fp32 FMAs on the f values each lane already holds.
+//
+// Accuracy. hi keeps 11 significant bits, so |lo| <= 2^-11 |x| and tf32(lo) is within 2^-22 |x| of lo; with the
+// dropped term (<= 2^-22 |ab|) a product is within ~3 * 2^-22 ~ 7e-7 of ab (one fp32 rounding: 2^-24), an error
+// of random sign across terms. Over W terms of random sign it adds ~2^-22 sqrt(W) rms(ab) to a dot whose size is
+// ~sqrt(W) rms(ab): ~3e-7 relative, below the fp32 summation noise of the CPU oracle's serial sum (~4e-6 of the
+// logits at W = 16384). Plain TF32 (no lo terms) errs by ~2^-11 per product: ~3e-4 of the coefficients.
+// The tensor core accumulates in fp32 but does not round to nearest (published measurements of earlier parts
+// find truncation), a bias that compounds along one accumulator: emulated with truncation, one accumulator per
+// 2048 widths puts the coefficients ~2.5e-5 off, beyond the fp32 bound. So a warp's MMA accumulators start from
+// zero every stage (16 widths, 6 MMAs) and are added into fp32 registers, rounding to nearest; the emulation (a
+// host model of all of this at the model's shape, 600 tokens) then puts the coefficients ~3.5e-7 from the fp32
+// SIMT kernels' and ~3.5e-6 from the CPU's (the CPU's own error), and plain TF32 ~3.3e-4 away.
+// Sum order: per warp, stage sums in width order; the two width-halves of a stage (warps wk = 0, 1) added in that
+// order; then the splits, in order, by the finish kernel. It depends on T (the split count), so the backend takes
+// this path only outside batch-invariant mode (and not in the exact fp32 mode).
+//
+// Tiling. Block: 8 warps, 128 tokens, stages of 32 widths (f [128, 32] and fn [NT * 8, 32]) through a 4-deep
+// cp.async ring; warp (wm, wk) computes tokens wm * 32 .. + 32 (two m16 tiles, each fn fragment feeding both)
+// over widths wk * 16 .. + 16 of every stage. Grid: (token tiles, splits); split s covers widths
+// [s * Ks, (s + 1) * Ks) (Ks whole stages, zeros past W) and writes its partials [T, S, M + 1] to the scratch,
+// which the finish kernel adds in split order. Staged row r keeps its two 16-float pieces in the order
+// (p ^ (r & 1)): a warp's float4 reads of rows g and g + 1 then fall on opposite bank halves (conflict-free).
+// A lane (g, c) reads the float4 at widths 4c .. 4c + 3 of its piece for rows g and g + 8 (A) and for fn row g
+// (B); MMA step s in {0, 1} feeds components 2s and 2s + 1 as the logical k = c and c + 4. A and B map k alike,
+// so the dot is unchanged.
+//
+// Cost at T = 16,384, W = 16,384, M = 24 (a prefill's hc_mix on an H200):
+//   - HBM: f read once, T W 4 = 1.07 GB; partials T S (M + 1) 4 = 6.5 MB (S = 4) written and read back; fn
+//     (1.5 MB) stays in L2 (each token tile reads it once: 128 x 1.5 MB = 0.19 GB of L2 traffic, 18% of f's).
+//     At ~4.3 TB/s: ~0.26 ms.
+//   - Tensor cores: 3 x 2 T W (NT * 8) = 38.7 GFLOP of tf32 MMA; at an assumed ~250 TFLOP/s for mma.sync (about
+//     half the 495 TFLOP/s dense tf32 peak, which needs wgmma) ~0.15 ms, overlapped with the loads.
+//   - Issue: per stage and warp 36 MMAs, 7 shared loads, ~60 conversions (2 cvt + 1 sub per value of A and B),
+//     16 FMAs for the squares, 24 FADDs for the stage sums: ~0.08 ms over the SMs' schedulers.
+//   Expected: bound by f's bytes, ~0.3 ms (the fp32 SIMT kernel: 1.14 ms, compute-bound at ~12 TFLOP/s).
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+constexpr int kWarpsM = 4, kWarpsK = 2, kThreads = kWarpsM * kWarpsK * 32;
+constexpr int kMTiles = 2;                       // m16 token tiles per warp
+constexpr int kTokens = kWarpsM * kMTiles * 16;  // 128 tokens per block
+constexpr int kPiece = 16;                       // widths per warp and stage
+constexpr int kStep = kWarpsK * kPiece;          // 32 widths per stage
+constexpr int kStages = 4;                       // ring depth: 3 stages in flight while one is consumed
+constexpr int kMaxNTiles = 3;                    // fn rows up to 24: the mix of n <= 4 streams, heads
+constexpr int64_t kMinSplit = 8 * kStep;         // narrowest split: 8 stages
+constexpr int kBlocksPerSm = 2;                  // shared memory (78 KB at NT = 3) and registers (<= 128)
+static_assert(kTokens == kThreads / 8 * 4, "staging: 8 threads per row, 4 f rows per thread");
+
+template <int NT>
+constexpr int staged_rows() {
+    return kTokens + NT * 8;
+}
+template <int NT>
+constexpr int smem_floats() {  // the stage ring, then (reused) the two width-halves' sums [kWarpsK, 128, NT * 8 + 1]
+    return std::max(kStages * staged_rows<NT>() * kStep, kWarpsK * kTokens * (NT * 8 + 1));
+}
+
+// Float offset of piece p of staged row r (see the top: the pieces swap places on odd rows).
+__device__ __forceinline__ int piece_at(int r, int p) { return r * kStep + ((p ^ (r & 1)) * kPiece); }
+
+// The four values of v split into tf32 hi and lo parts.
+__device__ __forceinline__ void split4(float4 v, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+    const float x[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        hi[i] = mma::to_tf32(x[i]);
+        lo[i] = mma::to_tf32(x[i] - __uint_as_float(hi[i]));
+    }
+}
+
+__device__ __forceinline__ float sum_squares(float4 v, float acc) {
+    acc = fmaf(v.x, v.x, acc);
+    acc = fmaf(v.y, v.y, acc);
+    acc = fmaf(v.z, v.z, acc);
+    return fmaf(v.w, v.w, acc);
+}
+
+// cp.async of 16 bytes (zeros past src_bytes) that has L2 fetch the surrounding 256 bytes: a token row is staged
+// 128 bytes a stage, so the next stage's piece is already in L2 (one DRAM access of 256 bytes, not two of 128).
+__device__ __forceinline__ void cp_async16_l2_256(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(mma::smem_addr(dst)), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// part [T, splits, M + 1] f32: split blockIdx.y's partials of the 128 tokens of tile blockIdx.x.
+// f: [T, W] f32, fn: [M, W] f32, both 16-byte aligned, W % 4 == 0; M <= NT * 8.
+template <int NT>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    hc_dots_tc_kernel(float* __restrict__ part, const float* __restrict__ f, const float* __restrict__ fn,
+                      int64_t tokens, int64_t width, int rows, int64_t split_width, int splits) {
+    extern __shared__ __align__(16) float smem[];  // kStages x [128 + NT * 8 rows, 32] f32
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int wm = warp % kWarpsM, wk = warp / kWarpsM;
+    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokens;
+    const int split = blockIdx.y;
+    const int64_t k_begin = split * split_width, k_end = min(width, k_begin + split_width);
+    const int steps = static_cast<int>((k_end - k_begin + kStep - 1) / kStep);
+
+    // Thread i stages 16-byte chunk q = i % 8 of f rows i / 8 + 32 j (j < 4) and, for i < NT * 64, of fn row
+    // i / 8: zeros past the split's widths, past the tokens and past M (cp.async with 0 source bytes).
+    const int q = threadIdx.x % 8, r0 = threadIdx.x / 8;
+    auto load = [&](int s) {
+        float* st = smem + (s % kStages) * staged_rows<NT>() * kStep;
+        const int64_t k = k_begin + static_cast<int64_t>(s) * kStep + 4 * q;
+        const bool k_ok = k < k_end;  // whole float4s: W % 4 == 0
+#pragma unroll
+        for (int j = 0; j < kTokens / 32; ++j) {
+            const int r = r0 + 32 * j;
+            const bool ok = k_ok && t0 + r < tokens;
+            cp_async16_l2_256(st + piece_at(r, q / 4) + 4 * (q % 4), ok ? f + (t0 + r) * width + k : f, ok ? 16 : 0);
+        }
+        if (r0 < NT * 8) {
+            const bool ok = k_ok && r0 < rows;
+            mma::cp_async16(st + piece_at(kTokens + r0, q / 4) + 4 * (q % 4), ok ? fn + r0 * width + k : fn,
+                            ok ? 16 : 0);
+        }
+    };
+
+    float run[kMTiles][NT][4];  // C fragments of the warp's m16 tiles: the sums over the stages so far
+    float ss[kMTiles][2];       // sums of squares of rows g and g + 8 over this lane's widths
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+        ss[mt][0] = ss[mt][1] = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) run[mt][nt][0] = run[mt][nt][1] = run[mt][nt][2] = run[mt][nt][3] = 0.f;
+    }
+    auto compute = [&](int s) {
+        const float* st = smem + (s % kStages) * staged_rows<NT>() * kStep;
+        uint32_t bh[NT][4], bl[NT][4];  // fn rows nt * 8 + g at this lane's 4 widths
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+            split4(*reinterpret_cast<const float4*>(st + piece_at(kTokens + nt * 8 + g, wk) + 4 * c), bh[nt], bl[nt]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+            const int r = wm * 32 + mt * 16 + g;
+            const float4 x0 = *reinterpret_cast<const float4*>(st + piece_at(r, wk) + 4 * c);
+            const float4 x1 = *reinterpret_cast<const float4*>(st + piece_at(r + 8, wk) + 4 * c);
+            ss[mt][0] = sum_squares(x0, ss[mt][0]);
+            ss[mt][1] = sum_squares(x1, ss[mt][1]);
+            uint32_t h0[4], l0[4], h1[4], l1[4];
+            split4(x0, h0, l0);
+            split4(x1, h1, l1);
+            float acc[NT][4];  // this stage's sums, from zero (see the top: accumulation is not rounded)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < 2; ++kk) {
+                const uint32_t ah[4] = {h0[2 * kk], h1[2 * kk], h0[2 * kk + 1], h1[2 * kk + 1]};
+                const uint32_t al[4] = {l0[2 * kk], l1[2 * kk], l0[2 * kk + 1], l1[2 * kk + 1]};
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {  // the small terms first
+                    mma::mma_tf32(acc[nt], al, bh[nt][2 * kk], bh[nt][2 * kk + 1]);
+                    mma::mma_tf32(acc[nt], ah, bl[nt][2 * kk], bl[nt][2 * kk + 1]);
+                    mma::mma_tf32(acc[nt], ah, bh[nt][2 * kk], bh[nt][2 * kk + 1]);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) run[mt][nt][i] += acc[nt][i];
+        }
+    };
+
+    // The ring: stage s + 3 is requested while stage s is consumed; one barrier per stage both publishes stage s
+    // and frees the slot stage s - 1 used.
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        if (s < steps) load(s);
+        cp_async_commit();  // empty groups past the end keep the count uniform
+    }
+    for (int s = 0; s < steps; ++s) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads();
+        if (s + kStages - 1 < steps) load(s + kStages - 1);
+        cp_async_commit();
+        compute(s);
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the ring is free for the sums
+
+    // Squares over the row's 4 lanes, then both width-halves' sums to shared memory, C-fragment positions:
+    // d0, d1 row g, columns 2c, 2c + 1; d2, d3 row g + 8.
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            ss[mt][h] += __shfl_xor_sync(0xffffffffu, ss[mt][h], 1);
+            ss[mt][h] += __shfl_xor_sync(0xffffffffu, ss[mt][h], 2);
+        }
+    constexpr int ld = NT * 8 + 1;
+    float* red = smem;  // [kWarpsK, 128 tokens, NT * 8 + 1] f32; column NT * 8: the sum of squares
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+        float* row = red + (wk * kTokens + wm * 32 + mt * 16 + g) * ld;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            row[nt * 8 + 2 * c] = run[mt][nt][0];
+            row[nt * 8 + 2 * c + 1] = run[mt][nt][1];
+            row[8 * ld + nt * 8 + 2 * c] = run[mt][nt][2];
+            row[8 * ld + nt * 8 + 2 * c + 1] = run[mt][nt][3];
+        }
+        if (c == 0) {
+            row[NT * 8] = ss[mt][0];
+            row[8 * ld + NT * 8] = ss[mt][1];
+        }
+    }
+    __syncthreads();
+    const int stride = rows + 1, live = static_cast<int>(min(static_cast<int64_t>(kTokens), tokens - t0));
+    for (int i = threadIdx.x; i < live * stride; i += kThreads) {
+        const int r = i / stride, j = i % stride, col = j < rows ? j : NT * 8;
+        float sum = red[r * ld + col];
+#pragma unroll
+        for (int w = 1; w < kWarpsK; ++w) sum += red[(w * kTokens + r) * ld + col];
+        part[((t0 + r) * splits + split) * stride + j] = sum;
+    }
+}
+
+template <int NT>
+void launch_nt(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
+               int64_t split_width, int splits, cudaStream_t stream) {
+    static std::atomic<uint64_t> configured{0};  // one bit per device
+    constexpr int bytes = smem_floats<NT>() * static_cast<int>(sizeof(float));
+    int dev = 0;
+    DI_CUDA_CHECK(cudaGetDevice(&dev));
+    if (!(configured.load() >> (dev % 64) & 1)) {
+        DI_CUDA_CHECK(cudaFuncSetAttribute(hc_dots_tc_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        // Shared memory before L1 (the stages bypass it), so that kBlocksPerSm blocks fit an SM.
+        DI_CUDA_CHECK(cudaFuncSetAttribute(hc_dots_tc_kernel<NT>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           cudaSharedmemCarveoutMaxShared));
+        configured.fetch_or(uint64_t{1} << (dev % 64));
+    }
+    const dim3 grid(static_cast<unsigned>(ceil_div(tokens, kTokens)), static_cast<unsigned>(splits));
+    hc_dots_tc_kernel<NT><<<grid, kThreads, bytes, stream>>>(part, f, fn, tokens, width, rows, split_width, splits);
+}
+
+}  // namespace
+
+bool hc_dots_tc_applies(const float* f, int64_t width, const float* fn, int rows) {
+    return rows >= 1 && rows <= kMaxNTiles * 8 && width > 0 && width % 4 == 0 &&
+           reinterpret_cast<uintptr_t>(f) % 16 == 0 && reinterpret_cast<uintptr_t>(fn) % 16 == 0;
+}
+
+// The fewest splits (a power of two, each at least kMinSplit wide) whose blocks fill every SM's kBlocksPerSm
+// slots; their width in whole stages. At 16,384 tokens and W = 16,384 on 132 SMs: 4 splits, 512 blocks.
+int64_t hc_dots_tc_split_width(int64_t tokens, int64_t width) {
+    const int64_t tiles = ceil_div(tokens, kTokens), target = kBlocksPerSm * int64_t{device_sm_count()};
+    const int64_t most = std::max<int64_t>(1, width / kMinSplit);
+    int64_t splits = 1;
+    while (splits < most && tiles * splits < target) splits *= 2;
+    return ceil_div(ceil_div(width, std::min(splits, most)), kStep) * kStep;
+}
+
+void launch_hc_dots_tc(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
+                       int64_t split_width, cudaStream_t stream) {
+    DI_ICHECK(hc_dots_tc_applies(f, width, fn, rows) && split_width % kStep == 0, "hc tensor-core dots layout");
+    const int64_t splits = ceil_div(width, split_width);
+    DI_ICHECK(splits <= 65535, "hc tensor-core dots: ", splits, " splits");
+    auto launch = rows <= 8 ? launch_nt<1> : rows <= 16 ? launch_nt<2> : launch_nt<3>;
+    launch(part, f, tokens, width, fn, rows, split_width, static_cast<int>(splits), stream);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace deepinfer::cuda
