@@ -192,10 +192,9 @@ void launch_rms_norm(float* out, const float* x, const float* weight, int64_t ro
     if (vec && cols <= 1024 && rows >= kRowWarpMinRows) {
         const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
         const int v = static_cast<int>((cols + 127) / 128);  // float4s a lane
-        if (v == 1) rms_norm_warp_kernel<1><<<blocks, kRowWarps * 32, 0, stream>>>(out, x, weight, rows, cols, eps);
-        else if (v == 2) rms_norm_warp_kernel<2><<<blocks, kRowWarps * 32, 0, stream>>>(out, x, weight, rows, cols, eps);
-        else if (v <= 4) rms_norm_warp_kernel<4><<<blocks, kRowWarps * 32, 0, stream>>>(out, x, weight, rows, cols, eps);
-        else rms_norm_warp_kernel<8><<<blocks, kRowWarps * 32, 0, stream>>>(out, x, weight, rows, cols, eps);
+        auto kernel = v == 1 ? rms_norm_warp_kernel<1> : v == 2 ? rms_norm_warp_kernel<2>
+                                                     : v <= 4 ? rms_norm_warp_kernel<4> : rms_norm_warp_kernel<8>;
+        kernel<<<blocks, kRowWarps * 32, 0, stream>>>(out, x, weight, rows, cols, eps);
     } else if (vec) {
         rms_norm_vec_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(out, x, weight, cols, eps);
     } else rms_norm_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(out, x, weight, cols, eps);
