@@ -49,4 +49,16 @@ void Backend::grouped_experts(TensorView x, const std::vector<int64_t>& counts, 
     }
 }
 
+void Backend::grouped_experts_rows(TensorView out_rows, TensorView in_rows, int64_t cols,
+                                   const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
+                                   const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
+                                   float swiglu_limit) {
+    DI_ICHECK(in_rows.ndim() == 1 && out_rows.ndim() == 1 && in_rows.dim(0) == out_rows.dim(0),
+              "grouped_experts_rows: in_rows ", in_rows.shape().str(), ", out_rows ", out_rows.shape().str());
+    Tensor x = alloc(DType::kF32, Shape{in_rows.dim(0), cols});  // [slots by expert, cols]
+    gather_rows(x, in_rows);
+    grouped_experts(x, counts, w1, w3, w2, swiglu_limit);
+    scatter_rows(out_rows, x);
+}
+
 }  // namespace deepinfer

@@ -61,6 +61,11 @@ public:
     // Copies dst.nbytes() bytes from host memory into dst, and back.
     virtual void upload(TensorView dst, const void* src) = 0;
     virtual void download(void* dst, TensorView src) = 0;
+    // A download in two halves, so that the host can work while the device runs what is queued after it:
+    // download_async queues the copy of src behind the work queued so far and may return before it lands;
+    // wait_downloads returns once every queued download's bytes are in its dst. Host backends copy at once.
+    virtual void download_async(void* dst, TensorView src) { download(dst, src); }
+    virtual void wait_downloads() {}
     virtual void synchronize() = 0;
     // Device time per op since the last call, as a table, when the backend profiles (the CUDA backend with
     // DEEPINFER_CUDA_PROFILE=1); empty otherwise.
@@ -204,6 +209,15 @@ public:
     virtual void grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
                                  const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
                                  float swiglu_limit);
+    // grouped_experts over rows addressed by pointer (as gather_rows and scatter_rows take them): slot i of the
+    // runs (counts[e] slots for expert e, in expert order) reads its input row in_rows[i] and writes its output
+    // row out_rows[i], each [cols] f32; in_rows, out_rows: [R] I64 in this backend's memory. The default
+    // gathers the inputs, runs grouped_experts in place and scatters the outputs; device backends may read and
+    // write the rows where they are.
+    virtual void grouped_experts_rows(TensorView out_rows, TensorView in_rows, int64_t cols,
+                                      const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
+                                      const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
+                                      float swiglu_limit);
     // Quantize-dequantize in place over blocks of `block` consecutive elements of the last dim, as the
     // model's quantization-aware training saw its activations (see QuantSim).
     virtual void fake_quantize(TensorView x, QuantSim kind, int block) = 0;

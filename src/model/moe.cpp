@@ -78,52 +78,58 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     Tensor expert = be.alloc(DType::kI32, Shape{T, K}), weight = be.alloc(DType::kF32, Shape{T, K});
     be.moe_route(expert, weight, router, r);
 
-    // Routed experts: their outputs land in the rows' slots of `routed` [T * K, D].
+    // Routed experts: their outputs land in the rows' slots of `routed` [T * K, D]. Prefill-sized steps (see
+    // below) need the expert ids on the host: their copy is queued here, and the host waits for it only after
+    // queueing the shared expert, which the device then runs while the host groups the slots.
     Tensor routed = be.alloc(DType::kF32, Shape{T * K, D});
-    if (host || (!be.batch_invariant() && T * K <= kMoeDeviceSlots)) {
-        // Slot (t, k) reads token row t; no host synchronisation.
-        const TensorView slots = expert.view().reshape(Shape{T * K});
-        Tensor g = be.alloc(DType::kF32, Shape{T * K, p.moe_inter}), u = be.alloc(DType::kF32, Shape{T * K, p.moe_inter});
-        be.expert_linear(g, xn, slots, w.w1, static_cast<int>(K));
-        be.expert_linear(u, xn, slots, w.w3, static_cast<int>(K));
-        be.swiglu(g, g, u, p.swiglu_limit);
-        be.expert_linear(routed, g, slots, w.w2, 1);
-    } else {
-        // Prefill-sized steps: each touched expert runs once over the rows routed to it, on the GEMMs (the expert
-        // ids come to the host).
-        const Tensor ids = to_host(be, expert);
-        std::vector<std::vector<int64_t>> slots_of(E);  // (row * K + slot) entries per expert
-        for (int64_t i = 0; i < T * K; ++i) {
-            const int32_t e = ids.as<int32_t>()[i];
-            DI_ICHECK(e >= 0 && e < E, "moe_forward: routed to expert ", e, " of ", E);
-            slots_of[e].push_back(i);
-        }
-        // The slots sorted by expert: one gather of their token rows, each expert's products on its contiguous
-        // run (grouped_experts, in place), one scatter back to the slots; the row addresses go up in one transfer.
-        std::vector<float*> in_rows, out_rows;
-        std::vector<int64_t> counts(E);
-        for (int64_t e = 0; e < E; ++e) {
-            for (int64_t slot : slots_of[e]) {
-                in_rows.push_back(xn.f32() + (slot / K) * D);
-                out_rows.push_back(routed.f32() + slot * D);
-            }
-            counts[e] = static_cast<int64_t>(slots_of[e].size());
-        }
-        StepArrays arrays(be);
-        const StepArrays::Handle in_h = arrays.stage_rows(in_rows), out_h = arrays.stage_rows(out_rows);
-        arrays.upload_staged();
-        Tensor xs = be.alloc(DType::kF32, Shape{T * K, D});  // [slots by expert, D]
-        be.gather_rows(xs, arrays.view(in_h));
-        be.grouped_experts(xs, counts, w.w1, w.w3, w.w2, p.swiglu_limit);
-        be.scatter_rows(arrays.view(out_h), xs);
+    const bool on_device = host || (!be.batch_invariant() && T * K <= kMoeDeviceSlots);
+    Tensor ids;
+    if (!on_device) {
+        ids = Tensor(DType::kI32, Shape{T, K});
+        be.download_async(ids.view().data(), expert);
     }
 
-    // Shared expert over every row, then the weighted routed outputs.
+    // Shared expert over every row.
     Tensor g = be.alloc(DType::kF32, Shape{T, w.shared_inter}), u = be.alloc(DType::kF32, Shape{T, w.shared_inter});
     be.linears(xn, {{g, &w.shared.w1}, {u, &w.shared.w3}});
     be.swiglu(g, g, u, p.swiglu_limit);
     Tensor shared = be.alloc(DType::kF32, Shape{T, D});
     be.linear(shared, g, w.shared.w2);
+
+    if (on_device) {
+        // Slot (t, k) reads token row t; no host synchronisation.
+        const TensorView slots = expert.view().reshape(Shape{T * K});
+        Tensor rg = be.alloc(DType::kF32, Shape{T * K, p.moe_inter});
+        Tensor ru = be.alloc(DType::kF32, Shape{T * K, p.moe_inter});
+        be.expert_linear(rg, xn, slots, w.w1, static_cast<int>(K));
+        be.expert_linear(ru, xn, slots, w.w3, static_cast<int>(K));
+        be.swiglu(rg, rg, ru, p.swiglu_limit);
+        be.expert_linear(routed, rg, slots, w.w2, 1);
+    } else {
+        // Prefill-sized steps: each touched expert runs once over the slots routed to it, on the GEMMs. The slots
+        // in expert order (a counting sort), each reading its token row and writing its slot of `routed`
+        // (grouped_experts_rows); the row addresses go up in one transfer.
+        be.wait_downloads();
+        const int32_t* id = ids.as<int32_t>();
+        std::vector<int64_t> counts(E), next(E);
+        for (int64_t i = 0; i < T * K; ++i) {
+            DI_ICHECK(id[i] >= 0 && id[i] < E, "moe_forward: routed to expert ", id[i], " of ", E);
+            ++counts[id[i]];
+        }
+        for (int64_t e = 1; e < E; ++e) next[e] = next[e - 1] + counts[e - 1];
+        std::vector<float*> in_rows(T * K), out_rows(T * K);
+        for (int64_t i = 0; i < T * K; ++i) {
+            const int64_t at = next[id[i]]++;
+            in_rows[at] = xn.f32() + (i / K) * D;
+            out_rows[at] = routed.f32() + i * D;
+        }
+        StepArrays arrays(be);
+        const StepArrays::Handle in_h = arrays.stage_rows(in_rows), out_h = arrays.stage_rows(out_rows);
+        arrays.upload_staged();
+        be.grouped_experts_rows(arrays.view(out_h), arrays.view(in_h), D, counts, w.w1, w.w3, w.w2, p.swiglu_limit);
+    }
+
+    // The weighted routed outputs over the shared expert's.
     be.moe_combine(out, routed, weight, shared);
 }
 

@@ -173,6 +173,56 @@ TEST_F(CudaExpertsWgmma, ModelWidthMatchesCpu) {
     check(f, {0, 129, 64}, 0.0f);
 }
 
+// grouped_experts_rows: the backend's wgmma path reads each slot's token row and writes its output row by address
+// (no gather and scatter passes). Bitwise what the in-place kernels give on the gathered rows, and the CPU's
+// default (gather, grouped_experts, scatter) within kBf16Bound; several slots read one token row, and the output
+// rows are a shuffle of the slots.
+TEST_F(CudaExpertsWgmma, RowsByAddressMatchInPlace) {
+    const int64_t d = 512, tokens = 70;
+    const Ffns f = make_ffns(4, 5, d, 256);
+    const std::vector<int64_t> counts = {40, 0, 130, 1, 9};
+    int64_t rows = 0;
+    for (int64_t n : counts) rows += n;
+    std::vector<int64_t> token_of(rows), out_at(rows);
+    for (int64_t i = 0; i < rows; ++i) token_of[i] = static_cast<int64_t>(rng_() % tokens), out_at[i] = i;
+    std::shuffle(out_at.begin(), out_at.end(), rng_);
+    const std::vector<float> x = randn(tokens * d);
+    std::vector<float> gathered(rows * d);
+    for (int64_t i = 0; i < rows; ++i)
+        std::copy_n(x.begin() + token_of[i] * d, d, gathered.begin() + i * d);
+    const std::vector<float> in_place = run_wgmma(f, gathered, counts, 10.0f);
+
+    Tensor xd = gpu_->alloc(DType::kF32, Shape{tokens, d}), outd = gpu_->alloc(DType::kF32, Shape{rows, d});
+    gpu_->upload(xd, x.data());
+    std::vector<float*> in_rows(rows), out_rows(rows);
+    for (int64_t i = 0; i < rows; ++i) {
+        in_rows[i] = xd.f32() + token_of[i] * d;
+        out_rows[i] = outd.f32() + out_at[i] * d;
+    }
+    Tensor in_d = gpu_->alloc(DType::kI64, Shape{rows}), out_d = gpu_->alloc(DType::kI64, Shape{rows});
+    gpu_->upload(in_d, in_rows.data());
+    gpu_->upload(out_d, out_rows.data());
+    gpu_->grouped_experts_rows(out_d, in_d, d, counts, f.d1, f.d3, f.d2, 10.0f);
+    std::vector<float> got(rows * d);
+    gpu_->download(got.data(), outd);
+    gpu_->synchronize();
+
+    Tensor out_h = Tensor::f32(Shape{rows, d});
+    std::vector<float*> in_h(rows), out_hp(rows);
+    for (int64_t i = 0; i < rows; ++i)
+        in_h[i] = const_cast<float*>(x.data()) + token_of[i] * d, out_hp[i] = out_h.f32() + out_at[i] * d;
+    cpu_->grouped_experts_rows(TensorView(out_hp.data(), DType::kI64, Shape{rows}),
+                               TensorView(in_h.data(), DType::kI64, Shape{rows}), d, counts, f.h1, f.h3, f.h2, 10.0f);
+    const std::vector<float> cpu = values(out_h);
+    int64_t mismatched = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+        const float* a = got.data() + out_at[i] * d;
+        mismatched += std::memcmp(a, in_place.data() + i * d, d * 4) != 0;
+    }
+    EXPECT_EQ(mismatched, 0) << "slots whose output differs from the in-place kernels'";
+    EXPECT_LE(rel_error(got, cpu), kBf16Bound) << "against the CPU's default grouped_experts_rows";
+}
+
 // No rows: nothing runs (x is not touched).
 TEST_F(CudaExpertsWgmma, NoRowsIsANoOp) {
     const Ffns f = make_ffns(4, 3, 512, 256);

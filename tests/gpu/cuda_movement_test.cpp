@@ -1,5 +1,6 @@
 // Row movement on the GPU against the CPU backend, bitwise (copies have no rounding): gather_rows and scatter_rows
-// over rows of every alignment and width (the float4 path and the scalar one), and fill_index_ranges.
+// over rows of every alignment and width (the float4 path and the scalar one), and fill_index_ranges; the
+// asynchronous download (download_async, wait_downloads).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -89,6 +90,40 @@ TEST(CudaMovement, FillIndexRangesMatchesTheCpu) {
     std::vector<int32_t> got(static_cast<size_t>(size));
     gpu->download(got.data(), got_d);
     for (int64_t i = 0; i < size; ++i) ASSERT_EQ(got[i], want.view().as<int32_t>()[i]) << "entry " << i;
+}
+
+// download_async: the bytes of the work queued before it, in dst once wait_downloads returns, whatever is queued
+// after it (here a scatter that overwrites the source); several at once, the last larger than the pinned buffer
+// so far (it grows after the earlier ones land).
+TEST(CudaMovement, AsynchronousDownloads) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto gpu = create_backend("cuda", 2);
+    std::vector<std::vector<float>> want;
+    std::vector<Tensor> src;
+    for (int64_t n : {5, 1000, 300000}) {
+        std::vector<float> v(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(i * 3 + n);
+        src.push_back(gpu->alloc(DType::kF32, Shape{n}));
+        gpu->upload(src.back(), v.data());
+        want.push_back(std::move(v));
+    }
+    std::vector<std::vector<float>> got;
+    for (const std::vector<float>& w : want) got.emplace_back(w.size(), -1.0f);
+    for (size_t i = 0; i < src.size(); ++i) {
+        gpu->download_async(got[i].data(), src[i]);
+        // Overwrite the source behind the copy: the copy must see the old values.
+        std::vector<float> zeros(want[i].size(), 0.0f);
+        Tensor z = gpu->alloc(DType::kF32, Shape{1, static_cast<int64_t>(zeros.size())});
+        gpu->upload(z, zeros.data());
+        float* at = src[i].f32();
+        Tensor rows = gpu->alloc(DType::kI64, Shape{1});
+        gpu->upload(rows, &at);
+        gpu->scatter_rows(rows, z);
+    }
+    gpu->wait_downloads();
+    for (size_t i = 0; i < src.size(); ++i) EXPECT_EQ(got[i], want[i]) << "download " << i;
+    EXPECT_EQ(fetch(*gpu, src[0]), std::vector<float>(5, 0.0f)) << "the scatter ran after the copy";
+    gpu->wait_downloads();  // nothing pending: returns
 }
 
 }  // namespace

@@ -107,6 +107,7 @@ struct Params {
     const ExpertPtrs* experts;
     const uint16_t* act;  // B source [R, k] bf16 bits, k permuted per 128-block
     void* out;            // gate/up: h [R, out_cols] bf16 bits (permuted); down: x [R, out_cols] f32
+    float* const* out_rows;  // down: row r of the output at out_rows[r] instead (null: in x)
     int k;                // the product's K
     int out_cols;
     float limit;  // SwiGLU clamp (gate/up; 0: none)
@@ -443,15 +444,17 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
             }
         }
     } else {
-        float* x = static_cast<float*>(p.out) + static_cast<int64_t>(t.row0) * p.out_cols + t.feature0;
 #pragma unroll
         for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
             for (int v = 0; v < 4; ++v) {
                 const int n = 8 * j + 2 * c + (v & 1), f = 128 * wg + arow + 8 * (v >> 1);
                 if (n < t.rows) {
-                    x[static_cast<int64_t>(n) * p.out_cols + f] = acc0[4 * j + v];
-                    x[static_cast<int64_t>(n) * p.out_cols + f + 64] = acc1[4 * j + v];
+                    const int64_t r = t.row0 + n;
+                    float* row = (p.out_rows ? p.out_rows[r] : static_cast<float*>(p.out) + r * p.out_cols) +
+                                 t.feature0;
+                    row[f] = acc0[4 * j + v];
+                    row[f + 64] = acc1[4 * j + v];
                 }
             }
         }
@@ -513,14 +516,16 @@ __global__ void __launch_bounds__(kThreads, 1) experts_wgmma_kernel(const Params
 
 // xb [rows, k] bf16 bits = x rounded to nearest even, stored column q of each 128-block = real column kperm(q).
 // One thread per 8 stored columns (q = 8 m .. 8 m + 7: s = m / 2, p = 8 (m % 2) + j).
-__global__ void to_bf16_permuted_kernel(uint16_t* __restrict__ xb, const float* __restrict__ x, int64_t rows, int k) {
+// in_rows (non-null): row r of x is at in_rows[r] (the slots' token rows, gathered here rather than copied first).
+__global__ void to_bf16_permuted_kernel(uint16_t* __restrict__ xb, const float* __restrict__ x,
+                                        const float* const* __restrict__ in_rows, int64_t rows, int k) {
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     const int per_row = k / 8;
     if (i >= rows * per_row) return;
     const int64_t r = i / per_row;
     const int ch = static_cast<int>(i % per_row), m = ch & 15;
-    const float* src =
-        x + r * k + (ch >> 4) * kBK + kperm(8 * m);  // kperm(8 m + j) = kperm(8 m) + 32 (j / 2) + 4 (j % 2)
+    const float* row = in_rows ? in_rows[r] : x + r * k;
+    const float* src = row + (ch >> 4) * kBK + kperm(8 * m);  // kperm(8 m + j) = kperm(8 m) + 32 (j / 2) + 4 (j % 2)
     uint4 o;
     o.x = mma::pack_bf16(__ldg(src), __ldg(src + 4));
     o.y = mma::pack_bf16(__ldg(src + 32), __ldg(src + 36));
@@ -612,7 +617,8 @@ std::vector<uint8_t> grouped_experts_wgmma_plan(const int64_t* run_starts, int n
 }
 
 void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint8_t>& plan, const void* device_plan,
-                                  int64_t d, int64_t inter, float swiglu_limit, cudaStream_t stream) {
+                                  int64_t d, int64_t inter, float swiglu_limit, cudaStream_t stream,
+                                  const float* const* in_rows, float* const* out_rows) {
     PlanHeader header;
     DI_ICHECK(plan.size() >= sizeof header, "grouped_experts_wgmma: no plan");
     std::memcpy(&header, plan.data(), sizeof header);
@@ -624,8 +630,8 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
     DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&xb), static_cast<size_t>(rows * d) * 2, stream));
     DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&h), static_cast<size_t>(rows * inter) * 2, stream));
     const int64_t chunks = rows * d / 8;
-    to_bf16_permuted_kernel<<<static_cast<unsigned>(ceil_div(chunks, 256)), 256, 0, stream>>>(xb, x, rows,
-                                                                                              static_cast<int>(d));
+    to_bf16_permuted_kernel<<<static_cast<unsigned>(ceil_div(chunks, 256)), 256, 0, stream>>>(
+        xb, x, in_rows, rows, static_cast<int>(d));
     DI_CUDA_LAUNCH_CHECK();
 
     Params p{};
@@ -641,6 +647,7 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
     p.tiles = reinterpret_cast<const Tile*>(table + b1);
     p.act = h;
     p.out = x;
+    p.out_rows = out_rows;
     p.k = static_cast<int>(inter);
     p.out_cols = static_cast<int>(d);
     launch_tiles<false>(p, header.tiles2, stream);

@@ -29,9 +29,11 @@ std::vector<uint8_t> grouped_experts_wgmma_plan(const int64_t* run_starts, int n
                                                 const WeightDesc* w3, const WeightDesc* w2, int64_t d, int64_t inter);
 // x [rows, D] f32 (device, rows = run_starts[num_experts]) in place, with `plan` and its device copy
 // `device_plan` (16-byte aligned, alive until the launches are done). Scratch (rows x (D + I) bf16) is
-// stream-ordered on `stream`.
+// stream-ordered on `stream`. in_rows / out_rows (device [rows] arrays of row addresses, or null): read row r
+// from in_rows[r] and write it to out_rows[r] instead of x (x may then be null).
 void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint8_t>& plan, const void* device_plan,
-                                  int64_t d, int64_t inter, float swiglu_limit, CUstream_st* stream);
+                                  int64_t d, int64_t inter, float swiglu_limit, CUstream_st* stream,
+                                  const float* const* in_rows = nullptr, float* const* out_rows = nullptr);
 
 // For callers without the CUDA headers (the GPU tests): the same over device LinearWeights, described as the
 // backend describes them. The run waits for `stream` (nullptr: the legacy default stream) before returning.
