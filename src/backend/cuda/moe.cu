@@ -465,8 +465,8 @@ __global__ void expert_linear_plain_kernel(const ExpertLinearDesc d) {
 //
 // Block: 8 warps, 2 along features x 4 along K. The tile is walked in sub-tiles of kTcSub = 32 features: warp
 // (wf, wk) takes features wf * 16 .. wf * 16 + 15 of each (two n8 groups sharing every A fragment) and the k blocks
-// (4 chunks: k positions 4E) wk, wk + 4, ...; each lane loads one chunk per group and k block, kTcDepth k blocks
-// ahead across sub-tiles, the first ones while the item's rows are staged. A sub-tile's four K-quarter sums meet
+// (4 chunks: k positions 4E) wk, wk + 4, ...; each lane loads one chunk per group and k block, kTcDepth (FP4:
+// kTcFp4Depth) k blocks ahead across sub-tiles, the first ones while the item's rows are staged. A sub-tile's four K-quarter sums meet
 // in shared memory (double buffered: one barrier per sub-tile).
 //
 // Reduction order of an output, fixed by K and the weight kind alone: the chain of MMA steps over the k blocks of
@@ -484,7 +484,10 @@ constexpr int kTcKWarps = 4, kTcFeatureWarps = 2, kTcGroups = 2;
 constexpr int kTcSub = kTcFeatureWarps * kTcGroups * 8;  // features per sub-tile
 constexpr int kTcRows = 16;                               // rows per item at most (the MMA's M)
 constexpr int kTcMaxTile = 256;                           // features per block, at most
-constexpr int kTcDepth = 2;                               // k blocks of weight loads in flight per warp
+// k blocks of weight loads in flight per warp (a k block: 1 KB a warp). FP4 experts, the model's, keep 4: H200,
+// V4-Flash decode batch 32 10.83 -> 10.49 ms a step, the op 5-7% faster from 8 to 128 tokens; 6 spills and
+// was slower. Other kinds keep 2 (not measured at 4).
+constexpr int kTcDepth = 2, kTcFp4Depth = 4;
 constexpr int kTcRedStride = 40;  // floats per row of quarter sums: a half warp's float2 stores hit distinct banks
 constexpr int kTcRedBytes = 2 * kTcKWarps * kTcRows * kTcRedStride * 4;  // [2][quarter][row][stride] f32
 constexpr int kTcHeadBytes = kTcRedBytes + kTcRows * 8;                   // then the item's row ids [16] I64
@@ -615,8 +618,9 @@ struct TcBlock {
     }
 };
 
-// One work item: rows[0 .. nr) (nr <= kTcRows) of expert e times weight rows n0 .. n0 + subtiles * kTcSub.
-template <int K>
+// One work item: rows[0 .. nr) (nr <= kTcRows) of expert e times weight rows n0 .. n0 + subtiles * kTcSub, with
+// DEPTH k blocks of weight loads in flight per warp.
+template <int K, int DEPTH>
 __device__ __forceinline__ void tc_item(const ExpertTcParams& p, int e, int nr, const int64_t* rows, int64_t n0,
                                         uint16_t* xs, float* red) {
     constexpr bool kScaled = K == kFP8 || K == kFP4;
@@ -651,9 +655,9 @@ __device__ __forceinline__ void tc_item(const ExpertTcParams& p, int e, int nr, 
         if (++li == kw) li = 0, ++ls;
     };
 
-    TcStep ring[kTcDepth];
+    TcStep ring[DEPTH];
 #pragma unroll
-    for (int j = 0; j < kTcDepth; ++j) load_next(ring[j]);  // in flight while the rows are staged
+    for (int j = 0; j < DEPTH; ++j) load_next(ring[j]);  // in flight while the rows are staged
     tc_stage<K>(p, rows, nr, xs);
     __syncthreads();
 
@@ -662,9 +666,9 @@ __device__ __forceinline__ void tc_item(const ExpertTcParams& p, int e, int nr, 
     int cs = 0, ci = 0;  // sub-tile and step being computed
     int buf = 0;         // red buffer of the current sub-tile
     const int steps = subtiles * kw;
-    for (int st0 = 0; st0 < steps; st0 += kTcDepth) {
+    for (int st0 = 0; st0 < steps; st0 += DEPTH) {
 #pragma unroll
-        for (int j = 0; j < kTcDepth; ++j) {
+        for (int j = 0; j < DEPTH; ++j) {
             if (st0 + j >= steps) break;  // the same for the whole block
             const TcStep cur = ring[j];
             load_next(ring[j]);
@@ -703,7 +707,7 @@ __device__ __forceinline__ void tc_item(const ExpertTcParams& p, int e, int nr, 
 }
 
 // Grid (tiles, min(work, 65535)); block (x, y) serves tile x of items y, y + gridDim.y, ...
-template <int K>
+template <int K, int DEPTH>
 __global__ void __launch_bounds__(kThreads, 2) expert_tc_kernel(const __grid_constant__ ExpertTcParams p) {
     extern __shared__ __align__(16) uint8_t tc_smem[];
     float* red = reinterpret_cast<float*>(tc_smem);
@@ -732,7 +736,7 @@ __global__ void __launch_bounds__(kThreads, 2) expert_tc_kernel(const __grid_con
             __syncthreads();
             continue;
         }
-        tc_item<K>(p, e, nr, rows, n0, xs, red);
+        tc_item<K, DEPTH>(p, e, nr, rows, n0, xs, red);
     }
 }
 
@@ -792,9 +796,9 @@ Grouping group_rows(const ExpertLinearDesc& d, int P, cudaStream_t stream) {
 // Bytes per staged row of the tensor-core kernel: whole k blocks of bf16, 64 past a multiple of 128.
 int64_t tc_row_bytes(int64_t k, int e) { return ceil_div(ceil_div(k, 4 * e) * 4 * e * 2, 128) * 128 + 64; }
 
-template <int K>
+template <int K, int DEPTH = kTcDepth>
 void launch_tc(const ExpertTcParams& p, int64_t tiles, size_t smem, cudaStream_t stream) {
-    auto kernel = expert_tc_kernel<K>;
+    auto kernel = expert_tc_kernel<K, DEPTH>;
     static std::atomic<uint64_t> configured{0};
     allow_smem(kernel, kTcHeadBytes + kTcMaxXBytes, configured);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(p.work, 65535)));
@@ -839,7 +843,7 @@ void launch_expert_tc(const ExpertLinearDesc& d, const WeightDesc& first, cudaSt
         case kBF16: launch_tc<kBF16>(p, tiles, smem, stream); break;
         case kF16: launch_tc<kF16>(p, tiles, smem, stream); break;
         case kFP8: launch_tc<kFP8>(p, tiles, smem, stream); break;
-        default: launch_tc<kFP4>(p, tiles, smem, stream); break;
+        default: launch_tc<kFP4, kTcFp4Depth>(p, tiles, smem, stream); break;
     }
     if (gr.ws) DI_CUDA_CHECK(cudaFreeAsync(gr.ws, stream));
 }
