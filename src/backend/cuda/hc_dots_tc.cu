@@ -40,6 +40,7 @@
 //   - Issue: per stage and warp 36 MMAs, 7 shared loads, ~60 conversions (2 cvt + 1 sub per value of A and B),
 //     16 FMAs for the squares, 24 FADDs for the stage sums: ~0.08 ms over the SMs' schedulers.
 //   Expected: bound by f's bytes, ~0.3 ms (the fp32 SIMT kernel: 1.14 ms, compute-bound at ~12 TFLOP/s).
+//   Measured (H200, prefill 8 x 2048, run 18): 0.40 ms a call for the whole mix, finish included.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>

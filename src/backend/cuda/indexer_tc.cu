@@ -37,6 +37,7 @@
 //    0.57 GB = 0.13 ms, under the MMAs and two rows ahead of them; keys 256 KB per block from L2 (64 MB in all).
 //  - 256 blocks of 64 rows (one block per SM: 238 registers a thread): two waves of 64 x 3,300 clk = 0.24 ms at
 //    the MMA rate; at ~70% of it (8 warps an SM, the epilogues, a barrier a row) ~0.35 ms (fp32 SIMT: 7.6 ms).
+//    Measured (H200, run 18): 0.58 ms a call, ~40% of the mma.sync rate (not yet profiled).
 //  - decode, T rows of their own sequences, E entries each: every key serves one row (64 heads), so B is reloaded
 //    every row (its latency exposed once a row) and the kernel is HBM-bound on the fp32 keys (T x E x 512 B:
 //    1.07 GB at T = 128, E = 16384: 0.25 ms; SIMT: 34 GFLOP at ~18 TFLOP/s = 1.9 ms). When the rows' tiles of
