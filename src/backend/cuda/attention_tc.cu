@@ -380,15 +380,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
     }
 
     float* orow = p.out + (static_cast<int64_t>(row) * p.heads + h0) * d;
+    if (sn == 0 && c == 0) {  // every head's running max and denominator, for either ending below
+#pragma unroll
+        for (int i = 0; i < 2 * SMT; ++i) ml[srow(i)] = m_run[i], ml[HB + srow(i)] = l_run[i];
+    }
     if (splits == 1) {
         // One block per (row, head group) (prefill, batch-invariant mode): out = O exp(m - M) / L with the sink
         // joining M and L, written straight from the accumulators. The merge below costs ~5,000 instructions a
         // thread (a division, a rank loop and a distributed-shared-memory load per element), more than two key
         // tiles of MMAs: it dominated the sliding-window layers' prefill.
-        if (sn == 0 && c == 0) {
-#pragma unroll
-            for (int i = 0; i < 2 * SMT; ++i) ml[srow(i)] = m_run[i], ml[HB + srow(i)] = l_run[i];
-        }
         __syncthreads();
         const bool pairs = d % 2 == 0 && reinterpret_cast<uintptr_t>(orow) % 8 == 0;
 #pragma unroll
@@ -429,10 +429,6 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
             *reinterpret_cast<float2*>(at) = make_float2(acc[mt][nt][0], acc[mt][nt][1]);
             *reinterpret_cast<float2*>(at + 8 * PLD) = make_float2(acc[mt][nt][2], acc[mt][nt][3]);
         }
-    if (sn == 0 && c == 0) {
-#pragma unroll
-        for (int i = 0; i < 2 * SMT; ++i) ml[srow(i)] = m_run[i], ml[HB + srow(i)] = l_run[i];
-    }
     merge_cluster_outputs<HB, kThreads>(orow, part, PLD, ml, wts, p.sinks + h0, nh, d, splits, rank);
 }
 

@@ -540,15 +540,7 @@ public:
         const std::vector<int64_t> starts = expert_run_starts(x, counts, w1, w3, w2);
         const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
         if (wgmma_experts(t1, t3, t2)) {
-            const auto op = profiler_->scope("grouped_experts wgmma");
-            const std::vector<uint8_t> plan =
-                cuda::grouped_experts_wgmma_plan(starts.data(), static_cast<int>(counts.size()), t1.host.data(),
-                                                 t3.host.data(), t2.host.data(), w1[0].cols, w1[0].rows);
-            DI_ICHECK(plan.size() % 16 == 0, "grouped_experts: a plan of ", plan.size(), " bytes");
-            Tensor device_plan = alloc(DType::kI32, Shape{static_cast<int64_t>(plan.size() / 4)});
-            upload(device_plan, plan.data());
-            cuda::launch_grouped_experts_wgmma(x.f32(), x.dim(0), plan, device_plan.view().data(), w1[0].cols,
-                                               w1[0].rows, swiglu_limit, stream_);
+            run_wgmma_experts(starts, t1, t3, t2, w1[0], swiglu_limit, x.f32(), nullptr, nullptr);
             return;
         }
         const std::vector<std::vector<int>> dealt = deal_experts(counts, expert_lanes_count_);
@@ -584,18 +576,10 @@ public:
         DI_ICHECK(in_rows.ndim() == 1 && out_rows.ndim() == 1 && in_rows.dim(0) == out_rows.dim(0) &&
                       in_rows.dtype() == DType::kI64 && out_rows.dtype() == DType::kI64,
                   "grouped_experts_rows: in_rows ", in_rows.shape().str(), ", out_rows ", out_rows.shape().str());
-        const int64_t rows = in_rows.dim(0);
         const std::vector<int64_t> starts =
-            expert_run_starts(TensorView(nullptr, DType::kF32, Shape{rows, cols}), counts, w1, w3, w2);
-        const auto op = profiler_->scope("grouped_experts wgmma");
-        const std::vector<uint8_t> plan =
-            cuda::grouped_experts_wgmma_plan(starts.data(), static_cast<int>(counts.size()), t1.host.data(),
-                                             t3.host.data(), t2.host.data(), w1[0].cols, w1[0].rows);
-        Tensor device_plan = alloc(DType::kI32, Shape{static_cast<int64_t>(plan.size() / 4)});
-        upload(device_plan, plan.data());
-        cuda::launch_grouped_experts_wgmma(nullptr, rows, plan, device_plan.view().data(), w1[0].cols, w1[0].rows,
-                                           swiglu_limit, stream_, in_rows.as<const float* const>(),
-                                           out_rows.as<float* const>());
+            expert_run_starts(TensorView(nullptr, DType::kF32, Shape{in_rows.dim(0), cols}), counts, w1, w3, w2);
+        run_wgmma_experts(starts, t1, t3, t2, w1[0], swiglu_limit, nullptr, in_rows.as<const float* const>(),
+                          out_rows.as<float* const>());
     }
 
 private:
@@ -655,6 +639,22 @@ private:
         return t1.host.size() == t3.host.size() && t1.host.size() == t2.host.size() &&
                cuda::grouped_experts_wgmma_applies(t1.host.data(), t3.host.data(), t2.host.data(),
                                                    static_cast<int>(t1.host.size()));
+    }
+
+    // The fused wgmma experts over runs starting at `starts` (expert_run_starts): the plan built on the host and
+    // uploaded, then the kernels over x in place, or over rows read from in_rows and written to out_rows.
+    void run_wgmma_experts(const std::vector<int64_t>& starts, const ExpertTable& t1, const ExpertTable& t3,
+                           const ExpertTable& t2, const LinearWeight& w1, float swiglu_limit, float* x,
+                           const float* const* in_rows, float* const* out_rows) {
+        const auto op = profiler_->scope("grouped_experts wgmma");
+        const std::vector<uint8_t> plan =
+            cuda::grouped_experts_wgmma_plan(starts.data(), static_cast<int>(starts.size() - 1), t1.host.data(),
+                                             t3.host.data(), t2.host.data(), w1.cols, w1.rows);
+        DI_ICHECK(plan.size() % 16 == 0, "grouped_experts: a plan of ", plan.size(), " bytes");
+        Tensor device_plan = alloc(DType::kI32, Shape{static_cast<int64_t>(plan.size() / 4)});
+        upload(device_plan, plan.data());
+        cuda::launch_grouped_experts_wgmma(x, starts.back(), plan, device_plan.view().data(), w1.cols, w1.rows,
+                                           swiglu_limit, stream_, in_rows, out_rows);
     }
 
     void finish_downloads_locked() {

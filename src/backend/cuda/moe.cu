@@ -796,7 +796,7 @@ Grouping group_rows(const ExpertLinearDesc& d, int P, cudaStream_t stream) {
 // Bytes per staged row of the tensor-core kernel: whole k blocks of bf16, 64 past a multiple of 128.
 int64_t tc_row_bytes(int64_t k, int e) { return ceil_div(ceil_div(k, 4 * e) * 4 * e * 2, 128) * 128 + 64; }
 
-template <int K, int DEPTH = kTcDepth>
+template <int K, int DEPTH = K == kFP4 ? kTcFp4Depth : kTcDepth>
 void launch_tc(const ExpertTcParams& p, int64_t tiles, size_t smem, cudaStream_t stream) {
     auto kernel = expert_tc_kernel<K, DEPTH>;
     static std::atomic<uint64_t> configured{0};
@@ -843,7 +843,7 @@ void launch_expert_tc(const ExpertLinearDesc& d, const WeightDesc& first, cudaSt
         case kBF16: launch_tc<kBF16>(p, tiles, smem, stream); break;
         case kF16: launch_tc<kF16>(p, tiles, smem, stream); break;
         case kFP8: launch_tc<kFP8>(p, tiles, smem, stream); break;
-        default: launch_tc<kFP4, kTcFp4Depth>(p, tiles, smem, stream); break;
+        default: launch_tc<kFP4>(p, tiles, smem, stream); break;
     }
     if (gr.ws) DI_CUDA_CHECK(cudaFreeAsync(gr.ws, stream));
 }
