@@ -8,6 +8,7 @@
 #include <climits>
 
 #include "backend/cuda/bf16_mma.cuh"
+#include "backend/cuda/block_scan.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/weight_chunks.cuh"
@@ -375,33 +376,6 @@ __global__ void __launch_bounds__(kThreads, P == 1 ? 3 : 2) expert_linear_kernel
     }
 }
 
-// Exclusive prefix sums of one int2 per thread over the block (kGroupThreads threads); returns the totals.
-__device__ int2 block_exclusive_scan(int2& v) {
-    __shared__ int2 warp_sums[kGroupThreads / 32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    int2 inc = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        const int ax = __shfl_up_sync(0xffffffffu, inc.x, o), ay = __shfl_up_sync(0xffffffffu, inc.y, o);
-        if (lane >= o) inc.x += ax, inc.y += ay;
-    }
-    if (lane == 31) warp_sums[warp] = inc;
-    __syncthreads();
-    if (warp == 0) {
-        int2 s = warp_sums[lane];  // kGroupThreads / 32 == 32 warps
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const int ax = __shfl_up_sync(0xffffffffu, s.x, o), ay = __shfl_up_sync(0xffffffffu, s.y, o);
-            if (lane >= o) s.x += ax, s.y += ay;
-        }
-        warp_sums[lane] = s;  // inclusive over warps
-    }
-    __syncthreads();
-    const int2 before = warp > 0 ? warp_sums[warp - 1] : make_int2(0, 0);
-    v = make_int2(before.x + inc.x - v.x, before.y + inc.y - v.y);
-    return warp_sums[kGroupThreads / 32 - 1];
-}
-
 // One block: a counting sort of the rows by expert (bucket num_experts: bad ids) into perm [rows], then each
 // bucket's items of up to P rows into items, and their number into *count. Rows within a bucket come in the
 // order of the atomics, which does not matter: a row's result does not depend on the rows it shares an item with.
@@ -421,7 +395,7 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int32_t* count
     const int lo = min(B, static_cast<int>(threadIdx.x) * per), hi = min(B, lo + per);
     int2 at = make_int2(0, 0);  // (rows, items) before this thread's run
     for (int b = lo; b < hi; ++b) at.x += cnt[b], at.y += (cnt[b] + P - 1) / P;
-    const int2 total = block_exclusive_scan(at);
+    const int2 total = block_exclusive_scan<kGroupThreads>(at);
     for (int b = lo; b < hi; ++b) {
         row0[b] = at.x, item0[b] = at.y;
         at.x += cnt[b], at.y += (cnt[b] + P - 1) / P;
