@@ -1,4 +1,4 @@
-// Prefill's routed experts on Hopper wgmma (sm_90a): x [R, D] f32, rows sorted into runs by expert, in place
+// The routed experts on Hopper wgmma (sm_90a). Prefill: x [R, D] f32, rows sorted into runs by expert, in place
 // x_run = W2_e . swiglu(W1_e . x_run, W3_e . x_run), with FP4 weights (e2m1, E8M0 scale per 32) decoded straight
 // into the A fragments of wgmma.mma_async and never written out as bf16.
 //
@@ -35,8 +35,8 @@
 // 16 s + p of each 128-block of xb (and of h) holds real column kperm(16 s + p). Launch 0 gathers x that way;
 // launch 1's epilogue scatters h that way (a gate/up feature tile is exactly one 128-block of the down K).
 //
-// Tiles: rows of a run in tiles of 128, the last one rounded up to a wgmma width of 16, 32, 64 or 128 (rows past
-// the run's end are zero-filled B rows and never written); a run of 0 rows makes no tile. The tile list is
+// Tiles: rows of a run in tiles of 128 (decode: 32), the last one rounded up to a wgmma width of 16, 32, 64 or 128
+// (rows past the run's end are zero-filled B rows and never written); a run of 0 rows makes no tile. The tile list is
 // ordered expert-major, then feature tile, then token tile, and CTA b takes tiles b, b + #SMs, ..., so the CTAs
 // running at once share one expert's weight tile (its token tiles are adjacent) and its activations (its feature
 // tiles follow) through L2.
@@ -49,15 +49,43 @@
 // slot per ~20 tensor-core cycles of the m64n128 products it feeds, so it overlaps the MMAs.
 // Measured on an H200 (256 x 384 rows, D 4096, I 2048): 10.3 ms = 480 TFLOP/s for the op (launch 0 0.56 ms,
 // gate/up 6.6 ms = 500 TFLOP/s, down 2.9 ms = 574 TFLOP/s); the backend's dequantize + cuBLAS path 21 ms.
+//
+// Decode (launch_routed_experts_wgmma, Backend::routed_experts): the slots (tokens x top-k, each reading its token's
+// row) come with their expert ids in device memory, so one more launch builds the plan on the device
+// (routed_plan_kernel: a stable counting sort of the slots by expert, their row addresses, both tile lists and their
+// counts, NaN rows for ids outside [0, E)); launch 0 gathers the slots' token rows by address; the gate/up and down
+// launches run one CTA per SM (at most the bound on their tiles) and read their tile count from device memory; the
+// down epilogue writes each slot's output row by address. Nothing waits for the host, so a CUDA graph could hold it.
+// Decode tiles hold at most 32 token rows (DecodeRing): B is 8 KB a stage instead of 32 KB, and 8 stages fit where
+// prefill has 4.
+// Cost model, UNMEASURED (V4-Flash: D 4096, I 2048, 256 FP4 experts; H200: ~4.3 TB/s, 132 SMs at ~1.9 GHz):
+//  - bytes: an expert is 3 x 4 MiB of FP4 + 3 x 256 KiB of scales = 13.4 MB, read from HBM once a call (its token
+//    tiles are adjacent in the list and share it through L2). Top-6 of 256 touches ~6 / 44 / 136 / 244 experts at
+//    1 / 8 / 32 / 128 tokens: 0.08 / 0.59 / 1.82 / 3.26 GB, floors of 19 / 139 / 427 / 765 us.
+//  - in flight: a stage is 17 KB of weights and scales (B: 1-32 token rows from L2); 8 stages are 136 KB per SM,
+//    18 MB on 132 SMs, against the 6-9 MB that 4.3 TB/s needs at a loaded latency of 1.5-2 us (4 stages: 9 MB).
+//    Decode leaves SMs idle (1 token: 96 gate/up and 96 down tiles) and a persistent CTA's last round partial
+//    (8 tokens: 707 tiles, 5.4 a CTA): the ring's depth is what lets 50-100 busy SMs still pull the bandwidth.
+//  - issue: a consumer warp decodes 16 FP4 words and issues 16 m64n16k16 wgmmas a stage (~220 instructions; two
+//    warps per SM sub-partition: ~450 issue slots), while HBM delivers a stage to an SM every ~1000 cycles; the
+//    tensor cores need ~260. Neither limits (expert_linear's fp32 kernel, at one FMA per weight and row on top of
+//    the decode, is bound by issue).
+//  - fixed: 4 launches (the one-block plan, a few us at 2048 slots; launch 0; each product's ramp and partial last
+//    round). Expected ~30 / ~180 / ~500 / ~850 us a call at 1 / 8 / 32 / 128 tokens, against ~65 / ~310 / ~620 us
+//    for expert_linear x 3 + swiglu at 1 / 8 / 32 (their measured per-call times x 3): 1.2-2x. gemv_bench measures it.
+//  - tiles narrower than 16 tokens: wgmma has n8, but a decode tile costs its weight bytes, the same at n8; n8 would
+//    only halve B's bytes (one more stage) and the idle tensor work, neither a limit, for a fifth compiled width.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstring>
 #include <vector>
 
 #include "backend/cuda/bf16_mma.cuh"
+#include "backend/cuda/block_scan.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/experts_wgmma.h"
 #include "backend/cuda/kernels.h"
@@ -68,10 +96,8 @@ namespace deepinfer::cuda {
 namespace {
 
 constexpr int kBK = 128;        // k per stage
-constexpr int kBN = 128;        // tokens per tile (at most)
 constexpr int kSliceRows = 64;  // weight rows per A slice (wgmma M)
 constexpr int kSlices = 4;      // two per consumer warpgroup
-constexpr int kStages = 4;
 constexpr int kConsumerThreads = 256;  // two warpgroups
 constexpr int kProducerThreads = 128;  // one warpgroup (setmaxnreg works on warpgroups)
 constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -80,19 +106,32 @@ static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "register file");
 constexpr int kGateUpFeatures = 128;  // I features per gate/up tile (64 per warpgroup, W1 and W3 each)
 constexpr int kDownFeatures = 256;    // D features per down tile
 
-constexpr int kColBlockBytes = kBN * 128;                 // one 64-wide k column block of B: kBN rows of 128 bytes
-constexpr int kBBytes = 2 * kColBlockBytes;               // 32768
-constexpr int kSliceWBytes = kSliceRows * kBK / 2;        // 4096: 64 rows x 64 bytes of FP4
-constexpr int kWBytes = kSlices * kSliceWBytes;           // 16384
-constexpr int kSliceSBytes = kSliceRows * kBK / 32;       // 256: 64 rows x 4 scale bytes
-constexpr int kSBytes = kSlices * kSliceSBytes;           // 1024
-constexpr int kStageBytes = kBBytes + kWBytes + kSBytes;  // 50176
-constexpr int kRingBytes = kStages * kStageBytes;
-constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kStages * 8;  // alignment slack, ring, barriers
-static_assert(kStageBytes % 1024 == 0, "stages keep the 128-byte swizzle atoms 1024-byte aligned");
+constexpr int kSliceWBytes = kSliceRows * kBK / 2;   // 4096: 64 rows x 64 bytes of FP4
+constexpr int kWBytes = kSlices * kSliceWBytes;      // 16384
+constexpr int kSliceSBytes = kSliceRows * kBK / 32;  // 256: 64 rows x 4 scale bytes
+constexpr int kSBytes = kSlices * kSliceSBytes;      // 1024
+
+// The stage ring of a kernel variant: kStages stages of (B: up to kMaxN token rows x 128 k of bf16, the 4 A slices'
+// FP4 bytes, their scales), then a full and an empty mbarrier per stage. Prefill takes tiles of up to 128 tokens
+// and 4 stages; decode (routed_experts) tiles of up to 32 tokens, whose smaller B (8 KB a stage, not 32 KB) leaves
+// room for 8 stages: twice the weight bytes in flight per SM (see "Decode" in the header comment).
+template <int MaxN, int Stages>
+struct Ring {
+    static constexpr int kMaxN = MaxN, kStages = Stages;
+    static constexpr int kColBlockBytes = kMaxN * 128;  // one 64-wide k column block of B: kMaxN rows of 128 bytes
+    static constexpr int kBBytes = 2 * kColBlockBytes;
+    static constexpr int kStageBytes = kBBytes + kWBytes + kSBytes;
+    static constexpr int kRingBytes = kStages * kStageBytes;
+    static constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kStages * 8;  // alignment slack, ring, barriers
+    static_assert(kMaxN == 32 || kMaxN == 64 || kMaxN == 128, "a wgmma width holding whole 8-row swizzle atoms");
+    static_assert(kStageBytes % 1024 == 0, "stages keep the 128-byte swizzle atoms 1024-byte aligned");
+    static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory");
+};
+using PrefillRing = Ring<128, 4>;  // 50176-byte stages
+using DecodeRing = Ring<32, 8>;    // 25600-byte stages
 
 struct Tile {
-    int expert, feature0, row0, rows;  // rows 1..kBN
+    int expert, feature0, row0, rows;  // rows 1..kMaxN of the ring it runs on
 };
 struct PlanHeader {
     int64_t tiles1, tiles2;  // gate/up and down tiles
@@ -103,7 +142,8 @@ struct ExpertPtrs {
 };
 struct Params {
     const Tile* tiles;
-    int num_tiles;  // a persistent CTA takes tiles blockIdx.x, + gridDim.x, ...
+    int num_tiles;          // a persistent CTA takes tiles blockIdx.x, + gridDim.x, ...
+    const int* tile_count;  // non-null: the number of tiles, in device memory (a plan built on the device)
     const ExpertPtrs* experts;
     const uint16_t* act;  // B source [R, k] bf16 bits, k permuted per 128-block
     void* out;            // gate/up: h [R, out_cols] bf16 bits (permuted); down: x [R, out_cols] f32
@@ -278,7 +318,7 @@ __device__ __forceinline__ void slice_rows(const ExpertPtrs& e, int f0, int sl, 
 // kc = pt % 16 of rows n = pt / 16 + 8 j; W chunk ch = pt % 4 of rows r0 = pt / 4 and r0 + 32 of every slice; the
 // scale words of row pt % 64 of slices pt / 64 and pt / 64 + 2. Pointers advance with the stage instead of being
 // recomputed (and hoisted) per copy.
-template <bool kGateUp>
+template <bool kGateUp, class R>
 __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_load, uint32_t ring, uint32_t bars,
                                         int it) {
     static_assert(kProducerThreads == 128 && kSlices == 4 && kSliceRows == 64, "the roles below");
@@ -291,22 +331,23 @@ __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_lo
     // W: rows r0 and r0 + 32, chunk ch, of each slice (sources: wd[sl] + w_off (+ w_half); wd advances 64 a stage).
     const int ch = pt & 3, r0 = pt >> 2;
     const uint32_t w_off = static_cast<uint32_t>(r0 * (k / 2) + ch * 16), w_half = static_cast<uint32_t>(32 * (k / 2));
-    const uint32_t w_dst = static_cast<uint32_t>(kBBytes + r0 * 64 + ch * 16);
+    const uint32_t w_dst = static_cast<uint32_t>(R::kBBytes + r0 * 64 + ch * 16);
     // Scales: row pt % 64 of slices pt / 64 and pt / 64 + 2 (advance 4 bytes a stage).
     const int s_row = pt & 63, s_sl = pt >> 6;
     const uint8_t* s_src0 = (s_sl ? ws[1] : ws[0]) + static_cast<int64_t>(s_row) * (k / 32);  // no local array
     const uint8_t* s_src1 = (s_sl ? ws[3] : ws[2]) + static_cast<int64_t>(s_row) * (k / 32);
-    const uint32_t s_dst = static_cast<uint32_t>(kBBytes + kWBytes + s_sl * kSliceSBytes + s_row * 4);
+    const uint32_t s_dst = static_cast<uint32_t>(R::kBBytes + kWBytes + s_sl * kSliceSBytes + s_row * 4);
     // B: row n = n0 + 8 j, 16-byte chunk kc (8 stored columns) -> column block kc / 8, atom row n, chunk
     // (kc % 8) ^ (n % 8), where n % 8 = n0 % 8 for every j. Rows past the run are zero-filled from a valid address.
     const int kc = pt & 15, n0 = pt >> 4;
-    const uint32_t b_dst = static_cast<uint32_t>((kc >> 3) * kColBlockBytes + n0 * 128 + (((kc & 7) ^ (n0 & 7)) << 4));
+    const uint32_t b_dst =
+        static_cast<uint32_t>((kc >> 3) * R::kColBlockBytes + n0 * 128 + (((kc & 7) ^ (n0 & 7)) << 4));
     const uint16_t* b_src = p.act + static_cast<int64_t>(t.row0) * k + kc * 8;
 #pragma unroll 1
     for (int kb = 0; kb < nk; ++kb) {
-        const int st = (it + kb) % kStages;
-        mbar_wait(bars + 8 * (kStages + st), (((it + kb) / kStages) & 1) ^ 1);  // the first round passes at once
-        const uint32_t sb = ring + st * kStageBytes;
+        const int st = (it + kb) % R::kStages;
+        mbar_wait(bars + 8 * (R::kStages + st), (((it + kb) / R::kStages) & 1) ^ 1);  // the first round passes at once
+        const uint32_t sb = ring + st * R::kStageBytes;
 #pragma unroll 1
         for (int n = n0; n < n_load; n += 8) {
             const bool valid = n < t.rows;
@@ -338,14 +379,14 @@ __device__ __forceinline__ float swiglu(float g, float u, float limit) {
 // One 128-k stage of a consumer warpgroup: 4 groups of 4 wgmmas (2 k steps x 2 slices), each group's A decoded
 // while the previous group runs. kAfterOpen: the previous stage left its last group in flight (its buffers are
 // handed back once that group is done); kClose: drain the pipeline and hand this stage back at the end.
-template <int N, bool kAfterOpen, bool kClose>
+template <int N, bool kAfterOpen, bool kClose, class R>
 __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1)[N / 2], int wg, int arow, int c,
                                       const uint8_t* ring_ptr, uint32_t ring, uint32_t bars) {
-    const int st = kb % kStages;  // kb: the CTA's stage count so far (tiles before this one included)
-    mbar_wait(bars + 8 * st, (kb / kStages) & 1);
+    const int st = kb % R::kStages;  // kb: the CTA's stage count so far (tiles before this one included)
+    mbar_wait(bars + 8 * st, (kb / R::kStages) & 1);
     __syncwarp();
     fence_proxy_async();
-    const uint8_t* sw = ring_ptr + st * kStageBytes + kBBytes;
+    const uint8_t* sw = ring_ptr + st * R::kStageBytes + R::kBBytes;
     const uint8_t* ss = sw + kWBytes;
     uint4 raw[2][2];
     chunks::Fp4Scale sc[2][2];
@@ -358,7 +399,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
             sc[m][h] = fp4_scale_any(ss[sl * kSliceSBytes + r * 4 + c]);
         }
     }
-    const uint32_t sb = ring + st * kStageBytes;
+    const uint32_t sb = ring + st * R::kStageBytes;
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
         uint32_t a[2][2][4];
@@ -375,7 +416,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
 #pragma unroll
         for (int t2 = 0; t2 < 2; ++t2) {
             const int s = 2 * w + t2;
-            desc[t2] = b_desc(sb + (s >> 2) * kColBlockBytes + (s & 3) * 32);
+            desc[t2] = b_desc(sb + (s >> 2) * R::kColBlockBytes + (s & 3) * 32);
             pin(desc[t2]);
         }
         wgmma_fence();
@@ -387,10 +428,10 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
         wgmma_commit();
         if (kClose && w == 3) {
             wgmma_wait<0>();
-            mbar_arrive(bars + 8 * (kStages + st));  // stage kb read: hand it back to the producer
+            mbar_arrive(bars + 8 * (R::kStages + st));  // stage kb read: hand it back to the producer
         } else {
             wgmma_wait<1>();  // the previous group is done: its A registers are free
-            if (kAfterOpen && w == 0) mbar_arrive(bars + 8 * (kStages + (kb - 1) % kStages));  // stage kb - 1 read
+            if (kAfterOpen && w == 0) mbar_arrive(bars + 8 * (R::kStages + (kb - 1) % R::kStages));  // kb - 1 read
         }
     }
 }
@@ -400,7 +441,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
 // producer's loads of the next tile. Stores: d[4 j + v] is feature row g + 8 (v >> 1) of the warp's 16, token
 // 8 j + 2 c + (v & 1); the 8 lanes of a c write 8 consecutive features (gate/up: 8 scattered bf16 of a 256-byte
 // row of h, whose 128-column block is permuted; down: 32 contiguous bytes of a row of x).
-template <int N, bool kGateUp>
+template <int N, bool kGateUp, class R>
 __device__ __forceinline__ void consume(const Params& p, const Tile& t, const uint8_t* ring_ptr, uint32_t ring,
                                         uint32_t bars, int it) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -420,10 +461,10 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
     // them); inside the pair the groups overlap the decoding.
     int kb = 0;
     for (; kb + 1 < nk; kb += 2) {
-        stage<N, false, false>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
-        stage<N, true, true>(it + kb + 1, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+        stage<N, false, false, R>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+        stage<N, true, true, R>(it + kb + 1, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
     }
-    if (kb < nk) stage<N, false, true>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+    if (kb < nk) stage<N, false, true, R>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
         pin(acc0[i]);
@@ -466,48 +507,50 @@ __device__ __forceinline__ int tile_width(int rows) { return rows > 64 ? 128 : r
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... (consecutive tiles run at the same time on neighbouring
 // CTAs); the stage ring and its barrier phases continue from tile to tile, so the producer loads the next tile
 // while the consumers finish this one.
-template <bool kGateUp>
+template <bool kGateUp, class R>
 __global__ void __launch_bounds__(kThreads, 1) experts_wgmma_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     __trap();  // built for another architecture: grouped_experts_wgmma_applies() keeps callers away
 #else
     extern __shared__ uint8_t smem_raw[];
     uint8_t* ring_ptr = smem_raw + ((1024 - (mma::smem_addr(smem_raw) & 1023)) & 1023);
-    const uint32_t ring = mma::smem_addr(ring_ptr), bars = ring + kRingBytes;  // full[kStages], then empty[kStages]
+    const uint32_t ring = mma::smem_addr(ring_ptr), bars = ring + R::kRingBytes;  // full[kStages], then empty[kStages]
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            mbar_init(bars + 8 * s, kProducerThreads);              // the producer threads' cp.async arrivals
-            mbar_init(bars + 8 * (kStages + s), kConsumerThreads);  // every consumer thread
+        for (int s = 0; s < R::kStages; ++s) {
+            mbar_init(bars + 8 * s, kProducerThreads);                 // the producer threads' cp.async arrivals
+            mbar_init(bars + 8 * (R::kStages + s), kConsumerThreads);  // every consumer thread
         }
     }
     __syncthreads();
     const int nk = p.k / kBK;
+    const int num_tiles = p.tile_count ? *p.tile_count : p.num_tiles;
     if (threadIdx.x >= kConsumerThreads) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
         int it = 0;
-        for (int i = blockIdx.x; i < p.num_tiles; i += gridDim.x, it += nk) {
+        for (int i = blockIdx.x; i < num_tiles; i += gridDim.x, it += nk) {
             const Tile t = p.tiles[i];
-            produce<kGateUp>(p, t, tile_width(t.rows), ring, bars, it);
+            produce<kGateUp, R>(p, t, tile_width(t.rows), ring, bars, it);
         }
         mma::cp_async_wait_all();
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     int it = 0;
-    for (int i = blockIdx.x; i < p.num_tiles; i += gridDim.x, it += nk) {
+    for (int i = blockIdx.x; i < num_tiles; i += gridDim.x, it += nk) {
         const Tile t = p.tiles[i];
+        // The plans never make a tile wider than its ring's B (kMaxN rows); the widths past it are not compiled.
         switch (tile_width(t.rows)) {
             case 128:
-                consume<128, kGateUp>(p, t, ring_ptr, ring, bars, it);
+                if constexpr (R::kMaxN >= 128) consume<128, kGateUp, R>(p, t, ring_ptr, ring, bars, it);
                 break;
             case 64:
-                consume<64, kGateUp>(p, t, ring_ptr, ring, bars, it);
+                if constexpr (R::kMaxN >= 64) consume<64, kGateUp, R>(p, t, ring_ptr, ring, bars, it);
                 break;
             case 32:
-                consume<32, kGateUp>(p, t, ring_ptr, ring, bars, it);
+                consume<32, kGateUp, R>(p, t, ring_ptr, ring, bars, it);
                 break;
             default:
-                consume<16, kGateUp>(p, t, ring_ptr, ring, bars, it);
+                consume<16, kGateUp, R>(p, t, ring_ptr, ring, bars, it);
                 break;
         }
     }
@@ -536,21 +579,144 @@ __global__ void to_bf16_permuted_kernel(uint16_t* __restrict__ xb, const float* 
 static_assert(kperm(8 * 5 + 3) == kperm(8 * 5) + 32 + 4 && kperm(8 * 6 + 6) == kperm(8 * 6) + 96,
               "the 8 stored columns of a chunk are 8 real columns 32 (j / 2) + 4 (j % 2) past the first");
 
+// ---- decode: the plan built on the device ----
+
+constexpr int kPlanThreads = 256;
+constexpr int kPlanWarps = kPlanThreads / 32;
+
+struct DevicePlan {
+    int* tile_count;        // [2]: gate/up tiles, down tiles
+    const float** in_rows;  // [rows] the slots' token rows, sorted by expert (bad ids last)
+    float** out_rows;       // [rows] their output rows, in the same order
+    Tile* tiles1;           // gate/up tiles
+    Tile* tiles2;           // down tiles
+};
+struct PlanArgs {
+    DevicePlan plan;
+    float* out;          // [rows, d] f32
+    const float* x;      // [rows / rows_per_input, d] f32
+    const int32_t* ids;  // [rows] I32 expert of each slot
+    int64_t rows, d, inter;
+    int rows_per_input, num_experts;
+};
+
+// One block: the slots sorted by expert id with a stable counting sort (bucket num_experts takes the ids outside
+// [0, num_experts)), their row addresses, both launches' tile lists in grouped_experts_wgmma_plan's order with runs
+// cut into tiles of DecodeRing::kMaxN rows, the tile counts, and NaN in the bad ids' output rows (their slots are in
+// no tile). Stable, so that the plan, and with it every result, does not depend on timing: warp w sorts the w-th
+// contiguous segment of the slots, 32 at a time (a bucket's lanes found with __match_any_sync, ranked by lane), and
+// a bucket's slots from warp w follow those of the warps before it.
+__global__ void __launch_bounds__(kPlanThreads) routed_plan_kernel(const PlanArgs a) {
+    extern __shared__ int plan_smem[];
+    constexpr int kMaxN = DecodeRing::kMaxN;
+    const int E = a.num_experts, B = E + 1;
+    int* seg = plan_smem;               // [kPlanWarps, B]: a warp's slots per bucket, then its next position in it
+    int* count = seg + kPlanWarps * B;  // [B] slots per bucket
+    int* row0 = count + B;              // [B] first sorted position of each bucket
+    int* tile0 = row0 + B;              // [B] first token tile of each expert; tile0[E]: all of them
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    for (int i = tid; i < kPlanWarps * B; i += kPlanThreads) seg[i] = 0;
+    __syncthreads();
+    const int64_t per = (a.rows + kPlanWarps - 1) / kPlanWarps;
+    const int64_t s0 = min(a.rows, warp * per), s1 = min(a.rows, s0 + per);
+    int* mine = seg + warp * B;
+    auto bucket = [&](int64_t r) {  // -1 past the segment (those lanes group among themselves)
+        if (r >= s1) return -1;
+        const int32_t id = a.ids[r];
+        return id >= 0 && id < E ? static_cast<int>(id) : E;
+    };
+    for (int64_t base = s0; base < s1; base += 32) {
+        const int b = bucket(base + lane);
+        const unsigned same = __match_any_sync(0xffffffffu, b);
+        if (b >= 0 && lane == __ffs(same) - 1) mine[b] += __popc(same);
+        __syncwarp();
+    }
+    __syncthreads();
+    for (int b = tid; b < B; b += kPlanThreads) {  // a warp's count becomes its first position within the bucket
+        int n = 0;
+        for (int w = 0; w < kPlanWarps; ++w) {
+            const int c = seg[w * B + b];
+            seg[w * B + b] = n;
+            n += c;
+        }
+        count[b] = n;
+    }
+    __syncthreads();
+    // First position and first token tile of each bucket: each thread scans a run of consecutive buckets, the
+    // block scan orders the runs.
+    const auto token_tiles = [&](int b) { return b < E ? (count[b] + kMaxN - 1) / kMaxN : 0; };
+    const int run = (B + kPlanThreads - 1) / kPlanThreads;
+    const int lo = min(B, tid * run), hi = min(B, lo + run);
+    int2 at = make_int2(0, 0);
+    for (int b = lo; b < hi; ++b) at.x += count[b], at.y += token_tiles(b);
+    block_exclusive_scan<kPlanThreads>(at);
+    for (int b = lo; b < hi; ++b) {
+        row0[b] = at.x, tile0[b] = at.y;
+        at.x += count[b], at.y += token_tiles(b);
+    }
+    __syncthreads();
+    for (int64_t base = s0; base < s1; base += 32) {
+        const int64_t r = base + lane;
+        const int b = bucket(r);
+        const unsigned same = __match_any_sync(0xffffffffu, b);
+        const int first = b >= 0 ? mine[b] : 0;  // read by the whole group before its lowest lane moves it on
+        __syncwarp();
+        if (b >= 0) {
+            if (lane == __ffs(same) - 1) mine[b] = first + __popc(same);
+            const int64_t pos = row0[b] + first + __popc(same & ((1u << lane) - 1));
+            a.plan.in_rows[pos] = a.x + (r / a.rows_per_input) * a.d;
+            a.plan.out_rows[pos] = a.out + r * a.d;
+        }
+        __syncwarp();
+    }
+    __syncthreads();  // the block's out_rows writes are visible to it past here
+    for (int j = 0; j < count[E]; ++j) {
+        float* row = a.plan.out_rows[row0[E] + j];
+        for (int64_t f = tid; f < a.d; f += kPlanThreads) row[f] = __int_as_float(0x7fc00000);
+    }
+    // Expert e's tiles are [F tile0[e], F tile0[e + 1]) of a list of F feature tiles per token tile, feature tile
+    // major within them: tile i belongs to the last expert whose first token tile is at or before i / F (that
+    // expert has tiles).
+    const int tokens = tile0[E];
+    const auto emit = [&](Tile* tiles, int features, int width) {
+        for (int i = tid; i < tokens * features; i += kPlanThreads) {
+            const int q = i / features;
+            int l = 0, h = E - 1;
+            while (l < h) {
+                const int mid = (l + h + 1) / 2;
+                if (tile0[mid] <= q)
+                    l = mid;
+                else
+                    h = mid - 1;
+            }
+            const int nt = tile0[l + 1] - tile0[l], j = i - features * tile0[l], t = j % nt;
+            tiles[i] = Tile{l, (j / nt) * width, row0[l] + t * kMaxN, min(kMaxN, count[l] - t * kMaxN)};
+        }
+    };
+    const int f1 = static_cast<int>(a.inter / kGateUpFeatures), f2 = static_cast<int>(a.d / kDownFeatures);
+    emit(a.plan.tiles1, f1, kGateUpFeatures);
+    emit(a.plan.tiles2, f2, kDownFeatures);
+    if (tid == 0) a.plan.tile_count[0] = tokens * f1, a.plan.tile_count[1] = tokens * f2;
+}
+int plan_smem_bytes(int num_experts) { return (kPlanWarps + 3) * (num_experts + 1) * 4; }
+static_assert((kPlanWarps + 3) * (kRoutedWgmmaMaxExperts + 1) * 4 <= 48 * 1024, "the plan kernel's shared memory");
+
 bool fp4_expert_ok(const WeightDesc& w, int64_t rows, int64_t cols) {
     return w.format == 2 && w.block_cols == 32 && w.rows == rows && w.cols == cols && w.scale_cols == cols / 32 &&
            w.data && w.scale && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
            reinterpret_cast<uintptr_t>(w.scale) % 4 == 0;
 }
 
-template <bool kGateUp>
+// `tiles` tiles, or at most that many when p.tile_count holds their number on the device; one CTA per SM at most.
+template <bool kGateUp, class R>
 void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream) {
     static std::atomic<uint64_t> configured{0};
-    allow_smem(experts_wgmma_kernel<kGateUp>, kSmemBytes, configured);
+    allow_smem(experts_wgmma_kernel<kGateUp, R>, R::kSmemBytes, configured);
     if (tiles == 0) return;
     Params q = p;
     q.num_tiles = static_cast<int>(tiles);
     const int grid = static_cast<int>(std::min<int64_t>(tiles, device_sm_count()));
-    experts_wgmma_kernel<kGateUp><<<grid, kThreads, kSmemBytes, stream>>>(q);
+    experts_wgmma_kernel<kGateUp, R><<<grid, kThreads, R::kSmemBytes, stream>>>(q);
     DI_CUDA_LAUNCH_CHECK();
 }
 
@@ -564,6 +730,13 @@ struct ExpertDescs {
         for (const LinearWeight& w : l2) w2.push_back(describe_weight(w));
     }
 };
+
+std::vector<ExpertPtrs> expert_ptrs(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts) {
+    std::vector<ExpertPtrs> experts(num_experts);
+    for (int e = 0; e < num_experts; ++e)
+        experts[e] = {{w1[e].data, w3[e].data, w2[e].data}, {w1[e].scale, w3[e].scale, w2[e].scale}};
+    return experts;
+}
 
 }  // namespace
 
@@ -588,22 +761,21 @@ std::vector<uint8_t> grouped_experts_wgmma_plan(const int64_t* run_starts, int n
     DI_ICHECK(run_starts[0] == 0 && run_starts[num_experts] < (int64_t{1} << 31),
               "grouped_experts_wgmma: run starts 0 .. ", run_starts[num_experts]);
     // Tiles, expert-major, then feature tile, then token tile (see the header comment).
+    constexpr int64_t kMaxN = PrefillRing::kMaxN;
     std::vector<Tile> tiles1, tiles2;
     for (int e = 0; e < num_experts; ++e) {
         const int64_t r0 = run_starts[e], n = run_starts[e + 1] - r0;
         DI_ICHECK(n >= 0, "grouped_experts_wgmma: run ", e, " has ", n, " rows");
         for (int64_t f = 0; f < inter; f += kGateUpFeatures)
-            for (int64_t t = 0; t < n; t += kBN)
+            for (int64_t t = 0; t < n; t += kMaxN)
                 tiles1.push_back({e, static_cast<int>(f), static_cast<int>(r0 + t),
-                                  static_cast<int>(std::min<int64_t>(kBN, n - t))});
+                                  static_cast<int>(std::min<int64_t>(kMaxN, n - t))});
         for (int64_t f = 0; f < d; f += kDownFeatures)
-            for (int64_t t = 0; t < n; t += kBN)
+            for (int64_t t = 0; t < n; t += kMaxN)
                 tiles2.push_back({e, static_cast<int>(f), static_cast<int>(r0 + t),
-                                  static_cast<int>(std::min<int64_t>(kBN, n - t))});
+                                  static_cast<int>(std::min<int64_t>(kMaxN, n - t))});
     }
-    std::vector<ExpertPtrs> experts(num_experts);
-    for (int e = 0; e < num_experts; ++e)
-        experts[e] = {{w1[e].data, w3[e].data, w2[e].data}, {w1[e].scale, w3[e].scale, w2[e].scale}};
+    const std::vector<ExpertPtrs> experts = expert_ptrs(w1, w3, w2, num_experts);
     // [header: the two tile counts] [tiles1] [tiles2] [experts], each 16-byte aligned.
     static_assert(sizeof(Tile) == 16 && sizeof(ExpertPtrs) == 48 && sizeof(PlanHeader) == 16, "plan layout");
     const PlanHeader header{static_cast<int64_t>(tiles1.size()), static_cast<int64_t>(tiles2.size())};
@@ -642,7 +814,7 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
     p.k = static_cast<int>(d);
     p.out_cols = static_cast<int>(inter);
     p.limit = swiglu_limit;
-    launch_tiles<true>(p, header.tiles1, stream);
+    launch_tiles<true, PrefillRing>(p, header.tiles1, stream);
 
     p.tiles = reinterpret_cast<const Tile*>(table + b1);
     p.act = h;
@@ -650,10 +822,76 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
     p.out_rows = out_rows;
     p.k = static_cast<int>(inter);
     p.out_cols = static_cast<int>(d);
-    launch_tiles<false>(p, header.tiles2, stream);
+    launch_tiles<false, PrefillRing>(p, header.tiles2, stream);
 
     DI_CUDA_CHECK(cudaFreeAsync(h, stream));
     DI_CUDA_CHECK(cudaFreeAsync(xb, stream));
+}
+
+std::vector<uint8_t> routed_experts_wgmma_table(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2,
+                                                int num_experts) {
+    DI_ICHECK(num_experts <= kRoutedWgmmaMaxExperts && grouped_experts_wgmma_applies(w1, w3, w2, num_experts),
+              "routed_experts_wgmma: ", num_experts, " experts the kernels do not take");
+    const std::vector<ExpertPtrs> experts = expert_ptrs(w1, w3, w2, num_experts);
+    std::vector<uint8_t> bytes(experts.size() * sizeof(ExpertPtrs));
+    std::memcpy(bytes.data(), experts.data(), bytes.size());
+    return bytes;
+}
+
+void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expert_of_row, int64_t rows,
+                                 int rows_per_input, const void* device_table, int num_experts, int64_t d,
+                                 int64_t inter, float swiglu_limit, cudaStream_t stream) {
+    DI_ICHECK(num_experts > 0 && num_experts <= kRoutedWgmmaMaxExperts && rows_per_input > 0 &&
+                  rows % rows_per_input == 0 && rows < (int64_t{1} << 30) && d > 0 && inter > 0 &&
+                  d % kDownFeatures == 0 && inter % kGateUpFeatures == 0 && d <= (int64_t{1} << 20) &&
+                  inter <= (int64_t{1} << 20),
+              "routed_experts_wgmma: ", rows, " rows (", rows_per_input, " per input), ", num_experts, " experts, D ",
+              d, ", I ", inter);
+    if (rows == 0) return;
+    using R = DecodeRing;
+    // Token tiles: sum over the touched experts of ceil(n_e / kMaxN) <= (rows + (kMaxN - 1) touched) / kMaxN.
+    const int64_t token_tiles = (rows + (R::kMaxN - 1) * std::min<int64_t>(rows, num_experts)) / R::kMaxN;
+    const int64_t cap1 = token_tiles * (inter / kGateUpFeatures), cap2 = token_tiles * (d / kDownFeatures);
+    DI_ICHECK(cap1 < INT32_MAX && cap2 < INT32_MAX, "routed_experts_wgmma: up to ", cap1, " and ", cap2, " tiles");
+    // One stream-ordered scratch: [tile counts] [in_rows] [out_rows] [tiles1] [tiles2] [xb] [h], 16-byte aligned.
+    const auto up16 = [](int64_t b) { return ceil_div(b, 16) * 16; };
+    const int64_t at_in = 16, at_out = at_in + up16(rows * 8), at_t1 = at_out + up16(rows * 8);
+    const int64_t at_t2 = at_t1 + cap1 * 16, at_xb = at_t2 + cap2 * 16, at_h = at_xb + rows * d * 2;
+    uint8_t* ws = nullptr;
+    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), at_h + rows * inter * 2, stream));
+    const DevicePlan plan{reinterpret_cast<int*>(ws), reinterpret_cast<const float**>(ws + at_in),
+                          reinterpret_cast<float**>(ws + at_out), reinterpret_cast<Tile*>(ws + at_t1),
+                          reinterpret_cast<Tile*>(ws + at_t2)};
+    uint16_t* xb = reinterpret_cast<uint16_t*>(ws + at_xb);
+    uint16_t* h = reinterpret_cast<uint16_t*>(ws + at_h);
+    routed_plan_kernel<<<1, kPlanThreads, plan_smem_bytes(num_experts), stream>>>(
+        PlanArgs{plan, out, x, expert_of_row, rows, d, inter, rows_per_input, num_experts});
+    DI_CUDA_LAUNCH_CHECK();
+    // Every slot's row, the bad ids' too (their in_rows are valid token rows; no tile reads them).
+    to_bf16_permuted_kernel<<<static_cast<unsigned>(ceil_div(rows * d / 8, 256)), 256, 0, stream>>>(
+        xb, nullptr, plan.in_rows, rows, static_cast<int>(d));
+    DI_CUDA_LAUNCH_CHECK();
+
+    Params p{};
+    p.experts = static_cast<const ExpertPtrs*>(device_table);
+    p.tiles = plan.tiles1;
+    p.tile_count = plan.tile_count;
+    p.act = xb;
+    p.out = h;
+    p.k = static_cast<int>(d);
+    p.out_cols = static_cast<int>(inter);
+    p.limit = swiglu_limit;
+    launch_tiles<true, R>(p, cap1, stream);
+
+    p.tiles = plan.tiles2;
+    p.tile_count = plan.tile_count + 1;
+    p.act = h;
+    p.out = nullptr;
+    p.out_rows = plan.out_rows;
+    p.k = static_cast<int>(inter);
+    p.out_cols = static_cast<int>(d);
+    launch_tiles<false, R>(p, cap2, stream);
+    DI_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
 bool grouped_experts_wgmma_applies(const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,

@@ -1,4 +1,4 @@
-// Prefill's routed experts on Hopper wgmma (experts_wgmma.cu): x [R, D] f32, rows sorted into runs by expert, in
+// The routed experts on Hopper wgmma (experts_wgmma.cu). Prefill: x [R, D] f32, rows sorted into runs by expert, in
 // place x_run = W2_e . swiglu(W1_e . x_run, W3_e . x_run), FP4 weights decoded straight into the tensor cores'
 // A fragments. Numerics of the backend's tensor-core products: x rounded to bf16 once, weights exact in bf16,
 // fp32 accumulation, SwiGLU in fp32, h rounded to bf16 for the down product, the output written as f32.
@@ -34,6 +34,21 @@ std::vector<uint8_t> grouped_experts_wgmma_plan(const int64_t* run_starts, int n
 void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint8_t>& plan, const void* device_plan,
                                   int64_t d, int64_t inter, float swiglu_limit, CUstream_st* stream,
                                   const float* const* in_rows = nullptr, float* const* out_rows = nullptr);
+
+// Decode's routed experts (Backend::routed_experts) on the same kernels, planned on the device: out [rows, D] f32
+// row r = w2[e] . swiglu(w1[e] . x_t, w3[e] . x_t, swiglu_limit) with e = expert_of_row[r] (device [rows] I32) and
+// t = r / rows_per_input, x [rows / rows_per_input, D] f32; a row whose id is outside [0, num_experts) is NaN (as
+// expert_linear leaves it). One launch sorts the slots by expert and writes the tile lists and their counts to
+// device memory, so nothing waits for the host. device_table: routed_experts_wgmma_table's bytes in device memory
+// (16-byte aligned). Scratch (rows x (D + I) bf16 and the plan) is stream-ordered on `stream`.
+constexpr int kRoutedWgmmaMaxExperts = 1024;  // the plan kernel's shared memory
+// The experts' weight pointers as the kernels index them, to be copied to the device once per expert list (w1, w3,
+// w2: host arrays of descriptors that satisfy grouped_experts_wgmma_applies, at most kRoutedWgmmaMaxExperts).
+std::vector<uint8_t> routed_experts_wgmma_table(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2,
+                                                int num_experts);
+void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expert_of_row, int64_t rows,
+                                 int rows_per_input, const void* device_table, int num_experts, int64_t d,
+                                 int64_t inter, float swiglu_limit, CUstream_st* stream);
 
 // For callers without the CUDA headers (the GPU tests): the same over device LinearWeights, described as the
 // backend describes them. The run waits for `stream` (nullptr: the legacy default stream) before returning.
