@@ -49,6 +49,20 @@ void Backend::grouped_experts(TensorView x, const std::vector<int64_t>& counts, 
     }
 }
 
+void Backend::routed_experts(TensorView out, TensorView x, TensorView expert_of_row,
+                             const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
+                             const std::vector<LinearWeight>& w2, int rows_per_input, float swiglu_limit) {
+    DI_ICHECK(!w1.empty() && w3.size() == w1.size() && w2.size() == w1.size(), "routed_experts: ", w1.size(), " w1, ",
+              w3.size(), " w3, ", w2.size(), " w2");
+    const int64_t rows = expert_of_row.numel(), inter = w1[0].rows;
+    if (rows == 0) return;
+    Tensor g = alloc(DType::kF32, Shape{rows, inter}), u = alloc(DType::kF32, Shape{rows, inter});
+    expert_linear(g, x, expert_of_row, w1, rows_per_input);
+    expert_linear(u, x, expert_of_row, w3, rows_per_input);
+    swiglu(g, g, u, swiglu_limit);
+    expert_linear(out, g, expert_of_row, w2, 1);
+}
+
 void Backend::grouped_experts_rows(TensorView out_rows, TensorView in_rows, int64_t cols,
                                    const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
                                    const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,

@@ -201,6 +201,15 @@ public:
     // An id outside [0, experts.size()) is an error (CPU) or gives a NaN row (CUDA).
     virtual void expert_linear(TensorView out, TensorView x, TensorView expert_of_row,
                                const std::vector<LinearWeight>& experts, int rows_per_input) = 0;
+    // A routed expert's whole FFN from device-side ids (decode): out [R, D] row r = w2[e] . swiglu(w1[e] . x_t,
+    // w3[e] . x_t, swiglu_limit) with e = expert_of_row[r] ([R] I32), t = r / rows_per_input, x [R / rows_per_input,
+    // D], w1 and w3 [I, D], w2 [D, I]. The default is expert_linear (w1), expert_linear (w3), swiglu, expert_linear
+    // (w2, a row per input) over scratch from alloc(); device backends may fuse it. As expert_linear, an id outside
+    // [0, w1.size()) is an error (CPU) or gives a NaN row (CUDA); in batch-invariant mode a row's result does not
+    // depend on the other rows.
+    virtual void routed_experts(TensorView out, TensorView x, TensorView expert_of_row,
+                                const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
+                                const std::vector<LinearWeight>& w2, int rows_per_input, float swiglu_limit);
     // Routed experts over rows grouped by expert (prefill): x [R, D] holds the rows sorted by expert, counts[e]
     // of them for expert e (sum R, zero for untouched experts); each expert's run x_e is replaced in place by
     // w2[e] . swiglu(w1[e] . x_e, w3[e] . x_e, swiglu_limit), w1 and w3 [I, D], w2 [D, I]. Every product is

@@ -99,12 +99,7 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     if (on_device) {
         // Slot (t, k) reads token row t; no host synchronisation.
         const TensorView slots = expert.view().reshape(Shape{T * K});
-        Tensor rg = be.alloc(DType::kF32, Shape{T * K, p.moe_inter});
-        Tensor ru = be.alloc(DType::kF32, Shape{T * K, p.moe_inter});
-        be.expert_linear(rg, xn, slots, w.w1, static_cast<int>(K));
-        be.expert_linear(ru, xn, slots, w.w3, static_cast<int>(K));
-        be.swiglu(rg, rg, ru, p.swiglu_limit);
-        be.expert_linear(routed, rg, slots, w.w2, 1);
+        be.routed_experts(routed, xn, slots, w.w1, w.w3, w.w2, static_cast<int>(K), p.swiglu_limit);
     } else {
         // Prefill-sized steps: each touched expert runs once over the slots routed to it, on the GEMMs. The slots
         // in expert order (a counting sort), each reading its token row and writing its slot of `routed`

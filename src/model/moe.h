@@ -47,13 +47,14 @@ MoeWeights load_moe(WeightLoader& w, const std::string& prefix, const MoeParams&
                     bool hash_routing, int64_t vocab);
 
 // Routed slots (tokens x experts per token) up to which a device backend runs the routed experts straight
-// from the device-side routing: expert_linear groups the slots by expert on the device, with no host
-// synchronisation. Above it (prefill-sized steps, ~8 or more rows per expert of 256), it downloads the [T, k]
-// expert ids and runs each touched expert once over its rows through linear(), whose GEMMs outrun expert_linear's
-// weight-streaming products once experts have that many rows. Batch-invariant mode always takes the
-// second path (a threshold would make a row's result depend on the batch size; the products there run on the
-// tensor-core kernel without split-K, whose per-row sums do not depend on the other rows). Host backends always
-// take the first path (it computes the same products there).
+// from the device-side routing (Backend::routed_experts: the slots grouped by expert on the device, with no host
+// synchronisation; on CUDA the fused wgmma kernels where they apply, else expert_linear). Above it (prefill-sized
+// steps, ~8 or more rows per expert of 256), it downloads the [T, k] expert ids and runs each touched expert once
+// over its rows through grouped_experts_rows, whose GEMMs outrun expert_linear's weight-streaming products once
+// experts have that many rows. Batch-invariant mode always takes the second path (a threshold would make a row's
+// result depend on the batch size; the products there run on the tensor-core kernel without split-K, whose per-row
+// sums do not depend on the other rows). Host backends always take the first path (it computes the same products
+// there).
 constexpr int64_t kMoeDeviceSlots = 2048;
 
 // out [T, D] = sum_k weight_k * expert_k(xn) + shared(xn), in backend memory; tokens [T] I32 (backend memory)

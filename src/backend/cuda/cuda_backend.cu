@@ -113,6 +113,13 @@ public:
                      : mode == "cublas" ? GemmMode::kCublas
                      : mode == "tc"     ? GemmMode::kTc
                                         : GemmMode::kTiled;
+        // DEEPINFER_CUDA_DECODE_EXPERTS: routed_experts on the fused wgmma kernels where they apply (wgmma, the
+        // default) or always as expert_linear x 3 + swiglu (linear).
+        const char* decode = std::getenv("DEEPINFER_CUDA_DECODE_EXPERTS");
+        const std::string decode_mode = decode && *decode ? decode : "wgmma";
+        DI_CHECK(decode_mode == "wgmma" || decode_mode == "linear",
+                 "DEEPINFER_CUDA_DECODE_EXPERTS must be wgmma or linear, not '", decode_mode, "'");
+        decode_experts_wgmma_ = decode_mode == "wgmma";
         DI_CUDA_CHECK(cudaSetDevice(device_));
         DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         main_lane_.device = device_;
@@ -133,6 +140,7 @@ public:
         expert_lanes_.reset();      // joined into stream_: idle
         main_lane_.cublas.reset();  // before its stream goes
         expert_tables_.clear();     // their memory goes back on the stream
+        wgmma_tables_.clear();
         cudaStreamSynchronize(stream_);
         profiler_.reset();
         cudaStreamDestroy(stream_);
@@ -532,6 +540,31 @@ public:
                                        rows_per_input};
         cuda::launch_expert_linear(d, table.host[0], table.streams, tc_experts(r), stream_);
     }
+    // Decode's routed experts on the fused wgmma kernels with their plan built on the device (experts_wgmma.cu,
+    // "Decode") wherever wgmma_experts() takes the experts, for any number of slots (moe_forward sends up to
+    // kMoeDeviceSlots): one expert's weights are read once for all its slots, by an 8-stage asynchronous ring, where
+    // expert_linear reads them once per product at 30-45% of the HBM's rate (cost model in experts_wgmma.cu, not yet
+    // measured). DEEPINFER_CUDA_DECODE_EXPERTS=linear keeps the default sequence.
+    void routed_experts(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& w1,
+                        const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2, int rows_per_input,
+                        float swiglu_limit) override {
+        const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
+        const void* table = decode_experts_wgmma_ && wgmma_mode() ? wgmma_table(w1, t1, t3, t2) : nullptr;
+        if (!table) {
+            Backend::routed_experts(out, x, expert_of_row, w1, w3, w2, rows_per_input, swiglu_limit);
+            return;
+        }
+        const int64_t r = expert_of_row.numel(), d = w1[0].cols;
+        DI_ICHECK(rows_per_input > 0 && expert_of_row.dtype() == DType::kI32 && x.ndim() == 2 &&
+                      r % rows_per_input == 0 && x.dim(0) == r / rows_per_input && x.dim(1) == d &&
+                      out.numel() == r * d,
+                  "routed_experts: x ", x.shape().str(), ", out ", out.shape().str(), ", ", r, " rows, ",
+                  rows_per_input, " per input");
+        if (r == 0) return;
+        const auto op = profiler_->scope("routed_experts wgmma");
+        cuda::launch_routed_experts_wgmma(out.f32(), x.f32(), expert_of_row.as<const int32_t>(), r, rows_per_input,
+                                          table, static_cast<int>(w1.size()), d, w1[0].rows, swiglu_limit, stream_);
+    }
     // The experts dealt to side lanes (deal_experts()), each lane running its experts' chains one after the
     // other on its own scratch, forked from and joined back into stream_.
     void grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
@@ -605,6 +638,7 @@ private:
         std::vector<WeightDesc> host;
         Tensor device;         // [experts] WeightDesc
         bool streams = false;  // cuda::expert_linear_streams()
+        uint64_t version = 0;  // a new number each time the list is described again
     };
     static bool same_weight(const WeightDesc& d, const LinearWeight& w) {
         return d.data == w.data.data() && d.scale == w.scale.data() && d.rows == w.rows && d.cols == w.cols &&
@@ -625,6 +659,7 @@ private:
         }
         static_assert(sizeof(WeightDesc) % 4 == 0, "WeightDesc is stored as I32 words");
         t.streams = cuda::expert_linear_streams(t.host.data(), static_cast<int64_t>(t.host.size()));
+        t.version = ++table_versions_;
         t.device = alloc(DType::kI32, Shape{static_cast<int64_t>(t.host.size() * sizeof(WeightDesc) / 4)});
         upload(t.device, t.host.data());
         return t;
@@ -634,8 +669,11 @@ private:
     // operands, about twice the rate of dequantizing each expert for cuBLAS) in the auto and tc modes, where they
     // apply; batch-invariant mode keeps the tensor-core GEMM (the wgmma tile width follows a run's length), cublas
     // and tiled modes their kernels.
+    bool wgmma_mode() const {
+        return !batch_invariant_ && (gemm_mode_ == GemmMode::kAuto || gemm_mode_ == GemmMode::kTc);
+    }
     bool wgmma_experts(const ExpertTable& t1, const ExpertTable& t3, const ExpertTable& t2) const {
-        if (batch_invariant_ || (gemm_mode_ != GemmMode::kAuto && gemm_mode_ != GemmMode::kTc)) return false;
+        if (!wgmma_mode()) return false;
         return t1.host.size() == t3.host.size() && t1.host.size() == t2.host.size() &&
                cuda::grouped_experts_wgmma_applies(t1.host.data(), t3.host.data(), t2.host.data(),
                                                    static_cast<int>(t1.host.size()));
@@ -655,6 +693,36 @@ private:
         upload(device_plan, plan.data());
         cuda::launch_grouped_experts_wgmma(x, starts.back(), plan, device_plan.view().data(), w1.cols, w1.rows,
                                            swiglu_limit, stream_, in_rows, out_rows);
+    }
+
+    // routed_experts on the wgmma kernels: whether they take the three expert lists (FP4 of their shapes, at most
+    // kRoutedWgmmaMaxExperts, a compute capability 9.0 GPU) and the device table of the experts' weight pointers.
+    // Decided and built on the first use of a w1 list, keyed by its address, and again only when one of the three
+    // lists was described again (expert_table()): a decode step pays no O(experts) check for it.
+    struct WgmmaTable {
+        uint64_t v1 = 0, v3 = 0, v2 = 0;  // the ExpertTable versions it was built from
+        bool applies = false;
+        Tensor device;  // [experts] cuda::routed_experts_wgmma_table's bytes, as I32 words
+    };
+    const void* wgmma_table(const std::vector<LinearWeight>& w1, const ExpertTable& t1, const ExpertTable& t3,
+                            const ExpertTable& t2) {
+        WgmmaTable& t = wgmma_tables_[w1.data()];
+        if (t.v1 != t1.version || t.v3 != t3.version || t.v2 != t2.version) {
+            t.v1 = t1.version, t.v3 = t3.version, t.v2 = t2.version;
+            t.applies = t1.host.size() <= static_cast<size_t>(cuda::kRoutedWgmmaMaxExperts) &&
+                        t1.host.size() == t3.host.size() && t1.host.size() == t2.host.size() &&
+                        cuda::grouped_experts_wgmma_applies(t1.host.data(), t3.host.data(), t2.host.data(),
+                                                            static_cast<int>(t1.host.size()));
+            t.device = Tensor();
+            if (t.applies) {
+                const std::vector<uint8_t> bytes = cuda::routed_experts_wgmma_table(
+                    t1.host.data(), t3.host.data(), t2.host.data(), static_cast<int>(t1.host.size()));
+                DI_ICHECK(bytes.size() % 4 == 0, "routed_experts: a table of ", bytes.size(), " bytes");
+                t.device = alloc(DType::kI32, Shape{static_cast<int64_t>(bytes.size() / 4)});
+                upload(t.device, bytes.data());
+            }
+        }
+        return t.applies ? t.device.view().data() : nullptr;
     }
 
     void finish_downloads_locked() {
@@ -699,6 +767,9 @@ private:
     int expert_lanes_count_ = kExpertLanes;
     std::unique_ptr<cuda::SideLanes> expert_lanes_;  // grouped_experts' lanes, created on its first use
     std::unordered_map<const LinearWeight*, ExpertTable> expert_tables_;
+    uint64_t table_versions_ = 0;       // ExpertTable::version's last number
+    bool decode_experts_wgmma_ = true;  // DEEPINFER_CUDA_DECODE_EXPERTS
+    std::unordered_map<const LinearWeight*, WgmmaTable> wgmma_tables_;
 };
 
 }  // namespace
