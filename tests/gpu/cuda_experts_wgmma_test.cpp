@@ -43,10 +43,7 @@ public:
 protected:
     // E experts' w1, w3 [inter, d] and w2 [d, inter] in `format` (make_weight's), on the host and on the device.
     // slow_scales: about one FP4 group scale in 8 becomes 0 or 1 (2^-127, 2^-126: the decoder's slow path).
-    struct Ffns {
-        std::vector<HostWeight> hw;
-        std::vector<LinearWeight> h1, h3, h2, d1, d3, d2;
-    };
+    using Ffns = testing_support::ExpertFfns;
     Ffns make_ffns(int format, int64_t e, int64_t d, int64_t inter, bool slow_scales = false) {
         Ffns f;
         for (int64_t i = 0; i < e; ++i) {
@@ -54,15 +51,12 @@ protected:
             f.hw.push_back(make_weight(rng_, format, inter, d));
             f.hw.push_back(make_weight(rng_, format, d, inter));
         }
-        for (size_t i = 0; i < f.hw.size(); ++i) {
-            HostWeight& h = f.hw[i];
+        for (HostWeight& h : f.hw) {
             if (slow_scales)
                 for (uint8_t& s : h.scale)
                     if (rng_() % 8 == 0) s = static_cast<uint8_t>(rng_() % 2);
-            const LinearWeight dev = to_backend(*gpu_, h.w, &storage_);
-            (i % 3 == 0 ? f.h1 : i % 3 == 1 ? f.h3 : f.h2).push_back(h.w);
-            (i % 3 == 0 ? f.d1 : i % 3 == 1 ? f.d3 : f.d2).push_back(dev);
         }
+        f.place(*gpu_, &storage_);
         return f;
     }
     static std::vector<int64_t> starts_of(const std::vector<int64_t>& counts) {

@@ -98,16 +98,7 @@ protected:
     // K distinct ids per token of E, each token's slots ascending (as the router leaves them); with hot >= 0,
     // every token routes to expert `hot` (one expert with as many rows as tokens).
     std::vector<int32_t> routed_ids(int64_t tokens, int64_t e, int64_t k, int32_t hot = -1) {
-        std::vector<int32_t> ids, all(e);
-        std::iota(all.begin(), all.end(), 0);
-        for (int64_t t = 0; t < tokens; ++t) {
-            std::shuffle(all.begin(), all.end(), rng_);
-            if (hot >= 0) std::iter_swap(all.begin(), std::find(all.begin(), all.end(), hot));
-            std::vector<int32_t> row(all.begin(), all.begin() + k);
-            std::sort(row.begin(), row.end());
-            ids.insert(ids.end(), row.begin(), row.end());
-        }
-        return ids;
+        return testing_support::routed_ids(rng_, tokens, e, k, hot);
     }
 
     void check_route(int64_t rows, int64_t e, int k, ScoringFunc scoring, bool hash, float temp);

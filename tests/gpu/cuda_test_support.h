@@ -3,11 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -136,6 +138,38 @@ inline HostWeight make_weight(std::mt19937& rng, int format, int64_t n, int64_t 
         h.w.scale = TensorView(h.scale.data(), DType::kE8M0, Shape{n, k / 32});
     }
     return h;
+}
+
+// Routed experts' FFNs: w1 and w3 [inter, d], w2 [d, inter] of each expert, on the host (hw: expert 0's w1, w3, w2,
+// then expert 1's, ...) and as LinearWeights on the host (h1, h3, h2) and on the device (d1, d3, d2).
+struct ExpertFfns {
+    std::vector<HostWeight> hw;
+    std::vector<LinearWeight> h1, h3, h2, d1, d3, d2;
+    int64_t d() const { return h1[0].cols; }
+    int64_t inter() const { return h1[0].rows; }
+    // Fills the lists from hw, each weight copied to `gpu` (the copies kept in `storage`).
+    void place(Backend& gpu, std::vector<Tensor>* storage) {
+        for (size_t i = 0; i < hw.size(); ++i) {
+            const LinearWeight dev = to_backend(gpu, hw[i].w, storage);
+            (i % 3 == 0 ? h1 : i % 3 == 1 ? h3 : h2).push_back(hw[i].w);
+            (i % 3 == 0 ? d1 : i % 3 == 1 ? d3 : d2).push_back(dev);
+        }
+    }
+};
+
+// `tokens` tokens' k distinct expert ids of e, each token's ascending (as moe_route leaves them); with hot >= 0,
+// every token picks expert `hot` (one expert with as many rows as tokens).
+inline std::vector<int32_t> routed_ids(std::mt19937& rng, int64_t tokens, int64_t e, int64_t k, int32_t hot = -1) {
+    std::vector<int32_t> ids, all(e);
+    std::iota(all.begin(), all.end(), 0);
+    for (int64_t t = 0; t < tokens; ++t) {
+        std::shuffle(all.begin(), all.end(), rng);
+        if (hot >= 0) std::iter_swap(all.begin(), std::find(all.begin(), all.end(), hot));
+        std::vector<int32_t> row(all.begin(), all.begin() + k);
+        std::sort(row.begin(), row.end());
+        ids.insert(ids.end(), row.begin(), row.end());
+    }
+    return ids;
 }
 
 }  // namespace deepinfer::testing_support

@@ -1,0 +1,330 @@
+// Backend::routed_experts on CUDA: decode's routed experts on the fused wgmma kernels with their plan built on the
+// device (experts_wgmma.cu, "Decode"), against
+//  - the CPU backend's routed_experts (fp32: expert_linear x 3 + swiglu) within kBf16Bound (3e-2), on every slot at
+//    the small width and on a strided subset of up to 48 slots at the model width (each slot's result depends only
+//    on its own row and expert, so the CPU runs the subset alone, a row per input);
+//  - the CUDA default sequence (Backend::routed_experts in the tc mode: expert_linear on the mma.sync kernel, swiglu,
+//    expert_linear) within kSameNumericsBound (4e-3). Both round x to bf16 once (nearest even), hold the FP4 weights
+//    exactly in bf16, accumulate in fp32, take SwiGLU in fp32 by the same expression and round h to bf16 for the down
+//    product: only the fp32 summation order differs (mma.sync's four K-quarter chains against wgmma's one chain over
+//    permuted k, ~1e-6 relative), and the bf16 roundings of h that it tips, each moving an output by one bf16 ulp of
+//    one of its 2048 h terms (cuda_experts_wgmma_test measured up to 1.1e-3 on the H200 for that, unclamped). A wrong
+//    row, expert, k permutation or tile moves outputs by O(1);
+//  - the prefill wgmma path (grouped_experts_rows with the host's plan, the slots sorted stably by expert as
+//    moe_forward sorts them): bitwise equal while every expert has at most 32 slots (both plans then make the same
+//    tiles, rows in the same order, the same wgmma widths), else within kSameNumericsBound (wider prefill tiles).
+// Also: every slot on one expert, ids outside [0, E) (NaN rows in exactly their slots, the other rows bitwise as
+// without them), two runs bitwise equal, DEEPINFER_CUDA_DECODE_EXPERTS=linear and lists of more experts than the
+// plan takes (the default sequence, bitwise), and the profile naming the path taken. Without a compute capability
+// 9.0 GPU the backend takes the default sequence and the wgmma-only checks are skipped.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/experts_wgmma.h"
+#include "core/dtype.h"
+#include "cuda_test_support.h"
+#include "deepinfer/error.h"
+#include "support/npy_compare.h"
+
+namespace deepinfer {
+namespace {
+
+using testing_support::HostWeight;
+using testing_support::kBf16Bound;
+using testing_support::rel_error;
+
+constexpr double kSameNumericsBound = 4e-3;
+constexpr int kMaxDecodeTile = 32;  // DecodeRing::kMaxN: runs up to this many slots are one decode tile
+
+class CudaRoutedExperts : public testing_support::CudaCompare {
+public:
+    CudaRoutedExperts() : CudaCompare("tc") {}
+
+protected:
+    // E experts' w1, w3 [inter, d] and w2 [d, inter], FP4 with E8M0 scales per 32, on the host and on the device.
+    // The model width's 3.3 GB are drawn 8 bytes at a time (make_weight draws one byte a call).
+    using Ffns = testing_support::ExpertFfns;
+    HostWeight fp4_weight(int64_t n, int64_t k) {
+        HostWeight h;
+        h.data.resize(n * k / 2);
+        h.scale.resize(n * k / 32);
+        for (size_t j = 0; j < h.data.size(); j += 8) {
+            const uint64_t b = bits_();
+            std::memcpy(h.data.data() + j, &b, std::min<size_t>(8, h.data.size() - j));
+        }
+        for (size_t j = 0; j < h.scale.size(); j += 8) {
+            uint64_t b = bits_();
+            for (size_t i = j; i < j + 8 && i < h.scale.size(); ++i, b >>= 8)
+                h.scale[i] = static_cast<uint8_t>(122 + b % 8);
+        }
+        h.w.rows = n;
+        h.w.cols = k;
+        h.w.name = "routed";
+        h.w.format = WeightFormat::kFp4Group;
+        h.w.block_cols = 32;
+        h.w.data = TensorView(h.data.data(), DType::kFP4E2M1, Shape{n, k});
+        h.w.scale = TensorView(h.scale.data(), DType::kE8M0, Shape{n, k / 32});
+        return h;
+    }
+    Ffns make_ffns(int64_t e, int64_t d, int64_t inter) {
+        bits_.seed(rng_());
+        Ffns f;
+        f.hw.reserve(3 * e);
+        for (int64_t i = 0; i < e; ++i) {
+            f.hw.push_back(fp4_weight(inter, d));
+            f.hw.push_back(fp4_weight(inter, d));
+            f.hw.push_back(fp4_weight(d, inter));
+        }
+        f.place(*gpu_, &storage_);
+        gpu_->synchronize();
+        return f;
+    }
+    bool wgmma(const Ffns& f) const {
+        return f.d1.size() <= static_cast<size_t>(cuda::kRoutedWgmmaMaxExperts) &&
+               cuda::grouped_experts_wgmma_applies(f.d1, f.d3, f.d2);
+    }
+    Tensor i32_device(const std::vector<int32_t>& v) {
+        Tensor t = gpu_->alloc(DType::kI32, Shape{static_cast<int64_t>(v.size())});
+        gpu_->upload(t, v.data());
+        return t;
+    }
+    std::vector<int32_t> routed_ids(int64_t tokens, int64_t e, int64_t k, int32_t hot = -1) {
+        return testing_support::routed_ids(rng_, tokens, e, k, hot);
+    }
+    std::vector<int32_t> random_ids(int64_t rows, int64_t e) {
+        std::vector<int32_t> ids(rows);
+        for (int32_t& id : ids) id = static_cast<int32_t>(rng_() % e);
+        return ids;
+    }
+
+    // routed_experts on the device (`be`: gpu_ or another CUDA backend) over x [ids / rows_per_input, d] (host) into a
+    // NaN-poisoned output; base: the default sequence instead of the backend's op; misaligned: x and out start 4
+    // bytes past a 16-byte boundary.
+    std::vector<float> run(Backend& be, const Ffns& f, const std::vector<float>& xh, const Tensor& ids_d,
+                           int rows_per_input, float limit, bool base = false, bool misaligned = false) {
+        const int64_t rows = ids_d.numel(), inputs = rows / rows_per_input;
+        Tensor xm = gpu_->alloc(DType::kF32, Shape{inputs * f.d() + 4});
+        Tensor om = gpu_->alloc(DType::kF32, Shape{rows * f.d() + 4});
+        const int o = misaligned ? 1 : 0;
+        const TensorView x(xm.f32() + o, DType::kF32, Shape{inputs, f.d()});
+        const TensorView out(om.f32() + o, DType::kF32, Shape{rows, f.d()});
+        const std::vector<float> nan(rows * f.d(), std::nanf(""));
+        gpu_->upload(out, nan.data());
+        gpu_->upload(x, xh.data());
+        gpu_->synchronize();  // `be` may be another backend, on its own stream
+        if (base)
+            be.Backend::routed_experts(out, x, ids_d, f.d1, f.d3, f.d2, rows_per_input, limit);
+        else
+            be.routed_experts(out, x, ids_d, f.d1, f.d3, f.d2, rows_per_input, limit);
+        be.synchronize();
+        std::vector<float> got(rows * f.d());
+        gpu_->download(got.data(), out);
+        return got;
+    }
+    // The prefill path on the same slots: sorted stably by expert (as moe_forward sorts them), each reading its token
+    // row and writing its output row by address (grouped_experts_rows with the host's plan).
+    std::vector<float> run_prefill_path(const Ffns& f, const Tensor& xd, const std::vector<int32_t>& ids,
+                                        int rows_per_input, float limit) {
+        const int64_t rows = static_cast<int64_t>(ids.size()), e = static_cast<int64_t>(f.d1.size());
+        std::vector<int64_t> counts(e), next(e);
+        for (int32_t id : ids) ++counts[id];
+        for (int64_t i = 1; i < e; ++i) next[i] = next[i - 1] + counts[i - 1];
+        Tensor out = poisoned(Shape{rows, f.d()});
+        std::vector<const float*> in_rows(rows);
+        std::vector<float*> out_rows(rows);
+        for (int64_t i = 0; i < rows; ++i) {
+            const int64_t at = next[ids[i]]++;
+            in_rows[at] = xd.f32() + (i / rows_per_input) * f.d();
+            out_rows[at] = out.f32() + i * f.d();
+        }
+        Tensor in_d = gpu_->alloc(DType::kI64, Shape{rows}), out_d = gpu_->alloc(DType::kI64, Shape{rows});
+        gpu_->upload(in_d, in_rows.data());
+        gpu_->upload(out_d, out_rows.data());
+        gpu_->grouped_experts_rows(out_d, in_d, f.d(), counts, f.d1, f.d3, f.d2, limit);
+        return fetch(out);
+    }
+    // The CPU's routed_experts on the slots `pick` alone (a row per input), [pick.size(), d].
+    std::vector<float> cpu_slots(const Ffns& f, const std::vector<float>& x, const std::vector<int32_t>& ids,
+                                 int rows_per_input, const std::vector<int64_t>& pick, float limit) {
+        const int64_t n = static_cast<int64_t>(pick.size());
+        std::vector<float> xs(n * f.d());
+        std::vector<int32_t> sub(n);
+        for (int64_t i = 0; i < n; ++i) {
+            std::copy_n(x.begin() + (pick[i] / rows_per_input) * f.d(), f.d(), xs.begin() + i * f.d());
+            sub[i] = ids[pick[i]];
+        }
+        Tensor ids_h(DType::kI32, Shape{n});
+        std::memcpy(ids_h.as<int32_t>(), sub.data(), n * 4);
+        Tensor out = Tensor::f32(Shape{n, f.d()});
+        cpu_->routed_experts(out, host(xs, Shape{n, f.d()}), ids_h, f.h1, f.h3, f.h2, 1, limit);
+        return values(out);
+    }
+    // Rows of [rows, d] that differ bitwise (the expected count is 0: a count says more than two huge vectors).
+    static int64_t rows_differing(const std::vector<float>& a, const std::vector<float>& b, int64_t d) {
+        if (a.size() != b.size()) return -1;
+        int64_t n = 0;
+        for (size_t r = 0; r * d < a.size(); ++r) n += std::memcmp(a.data() + r * d, b.data() + r * d, d * 4) != 0;
+        return n;
+    }
+    static std::vector<float> rows_of(const std::vector<float>& v, const std::vector<int64_t>& pick, int64_t d) {
+        std::vector<float> out;
+        for (int64_t r : pick) out.insert(out.end(), v.begin() + r * d, v.begin() + (r + 1) * d);
+        return out;
+    }
+
+    // Every check above for one routing; cpu_max: the most slots the CPU recomputes (a strided subset beyond).
+    void check(const Ffns& f, const std::vector<int32_t>& ids, int rows_per_input, float limit, int64_t cpu_max,
+               bool misaligned = false) {
+        const int64_t rows = static_cast<int64_t>(ids.size()), inputs = rows / rows_per_input;
+        const std::vector<float> x = randn(inputs * f.d());
+        const Tensor xd = device(host(x, Shape{inputs, f.d()})), ids_d = i32_device(ids);
+        std::vector<int64_t> counts(f.d1.size());
+        for (int32_t id : ids) ++counts[id];
+        const int64_t widest = *std::max_element(counts.begin(), counts.end());
+        const std::string what = "D " + std::to_string(f.d()) + ", I " + std::to_string(f.inter()) + ", " +
+                                 std::to_string(f.d1.size()) + " experts, " + std::to_string(rows) + " slots (" +
+                                 std::to_string(rows_per_input) + " per input, widest run " + std::to_string(widest) +
+                                 "), limit " + std::to_string(limit) + (misaligned ? ", misaligned" : "");
+
+        const std::vector<float> got = run(*gpu_, f, x, ids_d, rows_per_input, limit, false, misaligned);
+        std::vector<int64_t> pick;
+        const int64_t step = std::max<int64_t>(1, rows / cpu_max);
+        for (int64_t r = rows % step / 2; r < rows && static_cast<int64_t>(pick.size()) < cpu_max; r += step)
+            pick.push_back(r);
+        EXPECT_LE(rel_error(rows_of(got, pick, f.d()), cpu_slots(f, x, ids, rows_per_input, pick, limit)), kBf16Bound)
+            << what << ": against the CPU (" << pick.size() << " slots)";
+        const std::vector<float> linear = run(*gpu_, f, x, ids_d, rows_per_input, limit, true);
+        EXPECT_LE(rel_error(got, linear), kSameNumericsBound) << what << ": against expert_linear x 3";
+        if (!wgmma(f)) return;
+        EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, rows_per_input, limit, false, misaligned), got, f.d()), 0)
+            << what << ": a second run";
+        const std::vector<float> prefill = run_prefill_path(f, xd, ids, rows_per_input, limit);
+        if (widest <= kMaxDecodeTile)
+            EXPECT_EQ(rows_differing(got, prefill, f.d()), 0) << what << ": against the prefill path";
+        else
+            EXPECT_LE(rel_error(got, prefill), kSameNumericsBound) << what << ": against the prefill path";
+    }
+
+    std::mt19937_64 bits_;
+};
+
+// D = 512, I = 256 (2 feature tiles of the down product, 2 of gate/up): decode's slot counts over 16 and 256 experts
+// with their slots as moe_route leaves them (6 per token; 341 tokens = 2046 slots, the most moe_forward sends),
+// a row per input (1 and 2048 slots), 2 per input, every slot on few experts (runs of many decode tiles), both SwiGLU
+// modes, misaligned x and out. Every slot against the CPU.
+TEST_F(CudaRoutedExperts, SmallWidthMatchesCpuAndLinear) {
+    for (int64_t e : {16, 256}) {
+        const Ffns f = make_ffns(e, 512, 256);
+        for (float limit : {10.0f, 0.0f}) {
+            check(f, random_ids(1, e), 1, limit, 4096);
+            for (int64_t tokens : {1, 8, 32, 128, 341}) check(f, routed_ids(tokens, e, 6), 6, limit, 4096);
+            check(f, random_ids(2048, e), 1, limit, 4096);
+        }
+        check(f, random_ids(300, 3), 2, 10.0f, 4096, true);
+        check(f, routed_ids(100, e, 6, 5), 6, 10.0f, 4096, true);
+    }
+}
+
+// The model width, D = 4096 and I = 2048 with 256 experts (V4-Flash's routed experts): 1, 6, 48, 192, 768 and 2046
+// slots as moe_route leaves them, 2048 slots of a row per input, 2046 slots with one expert in every token's six
+// (341 slots: 11 decode tiles), and 2048 slots all on one expert (64 decode tiles of one weight tile each).
+TEST_F(CudaRoutedExperts, ModelWidthMatchesCpuAndLinear) {
+    const int64_t e = 256;
+    const Ffns f = make_ffns(e, 4096, 2048);
+    check(f, random_ids(1, e), 1, 10.0f, 48);
+    for (int64_t tokens : {1, 8, 32, 128, 341}) check(f, routed_ids(tokens, e, 6), 6, 10.0f, 48);
+    check(f, random_ids(2048, e), 1, 10.0f, 48);
+    check(f, routed_ids(32, e, 6), 6, 0.0f, 48);
+    check(f, routed_ids(341, e, 6, 17), 6, 10.0f, 48);
+    check(f, std::vector<int32_t>(2048, 200), 1, 10.0f, 48);
+}
+
+// Ids outside [0, E) (negative, E, far past it) give NaN rows in exactly their slots, as expert_linear does; the
+// other slots are bitwise what they are without the bad ones (their experts' runs hold the same slots in the same
+// order). Few and many slots, some sharing a token row with good ones, and every slot bad.
+TEST_F(CudaRoutedExperts, BadIdsGiveNaNRowsOnlyInTheirSlots) {
+    const int64_t e = 8;
+    const Ffns f = make_ffns(e, 512, 256);
+    const std::vector<int32_t> few = {1, 8, -1, 1, 3, INT_MIN, 7, 1000};
+    std::vector<int32_t> many(600);
+    for (size_t i = 0; i < many.size(); ++i)
+        many[i] = i % 37 == 5 ? -3 : i % 41 == 7 ? 8 : static_cast<int32_t>(rng_() % e);
+    for (const std::vector<int32_t>& ids : {few, many, std::vector<int32_t>(12, -1)}) {
+        for (int per_input : {1, 2}) {
+            const int64_t rows = static_cast<int64_t>(ids.size()), d = f.d();
+            const std::vector<float> x = randn(rows / per_input * d);
+            const std::vector<float> got = run(*gpu_, f, x, i32_device(ids), per_input, 10.0f);
+            std::vector<int32_t> good;
+            std::vector<float> xg;
+            std::vector<int64_t> good_at;
+            for (int64_t r = 0; r < rows; ++r) {
+                const bool bad = ids[r] < 0 || ids[r] >= e;
+                int64_t nans = 0;
+                for (int64_t i = 0; i < d; ++i) nans += std::isnan(got[r * d + i]);
+                EXPECT_EQ(nans, bad ? d : 0)
+                    << rows << " slots, " << per_input << " per input: slot " << r << ", id " << ids[r];
+                if (bad) continue;
+                good.push_back(ids[r]);
+                good_at.push_back(r);
+                xg.insert(xg.end(), x.begin() + (r / per_input) * d, x.begin() + (r / per_input + 1) * d);
+            }
+            if (good.empty()) continue;
+            const std::vector<float> alone = run(*gpu_, f, xg, i32_device(good), 1, 10.0f);
+            EXPECT_EQ(rows_differing(rows_of(got, good_at, d), alone, d), 0)
+                << rows << " slots: the good ones against themselves alone";
+        }
+    }
+}
+
+// DEEPINFER_CUDA_DECODE_EXPERTS=linear runs the default sequence (bitwise Backend::routed_experts), as do expert lists
+// longer than the plan kernel takes; the profile names the path each backend took; a bad value is refused.
+TEST_F(CudaRoutedExperts, SwitchAndFallback) {
+    const Ffns f = make_ffns(16, 512, 256);
+    const std::vector<int32_t> ids = routed_ids(20, 16, 6);
+    const std::vector<float> x = randn(20 * f.d());
+    const Tensor ids_d = i32_device(ids);
+    const std::vector<float> base = run(*gpu_, f, x, ids_d, 6, 10.0f, true);
+
+    setenv("DEEPINFER_CUDA_PROFILE", "1", 1);
+    setenv("DEEPINFER_CUDA_DECODE_EXPERTS", "linear", 1);
+    const std::unique_ptr<Backend> linear = create_backend("cuda", 2);
+    setenv("DEEPINFER_CUDA_DECODE_EXPERTS", "wgmma", 1);
+    const std::unique_ptr<Backend> fused = create_backend("cuda", 2);
+    unsetenv("DEEPINFER_CUDA_DECODE_EXPERTS");
+    unsetenv("DEEPINFER_CUDA_PROFILE");
+    linear->take_profile();
+    EXPECT_EQ(rows_differing(run(*linear, f, x, ids_d, 6, 10.0f), base, f.d()), 0)
+        << "DEEPINFER_CUDA_DECODE_EXPERTS=linear";
+    const std::string linear_profile = linear->take_profile();
+    EXPECT_NE(linear_profile.find("expert_linear"), std::string::npos) << linear_profile;
+    EXPECT_EQ(linear_profile.find("routed_experts wgmma"), std::string::npos) << linear_profile;
+    fused->take_profile();
+    const std::vector<float> got = run(*fused, f, x, ids_d, 6, 10.0f);
+    const std::string fused_profile = fused->take_profile();
+    EXPECT_LE(rel_error(got, base), kSameNumericsBound);
+    EXPECT_EQ(fused_profile.find("routed_experts wgmma") != std::string::npos, wgmma(f)) << fused_profile;
+
+    setenv("DEEPINFER_CUDA_DECODE_EXPERTS", "fused", 1);
+    EXPECT_THROW(create_backend("cuda", 2), Error);
+    unsetenv("DEEPINFER_CUDA_DECODE_EXPERTS");
+
+    // More experts than kRoutedWgmmaMaxExperts, at the kernels' smallest widths (D 256, I 128).
+    const int64_t many = cuda::kRoutedWgmmaMaxExperts + 76;
+    const Ffns g = make_ffns(many, 256, 128);
+    const std::vector<int32_t> wide = random_ids(90, many);
+    const std::vector<float> xw = randn(90 * g.d());
+    const Tensor wide_d = i32_device(wide);
+    EXPECT_EQ(rows_differing(run(*gpu_, g, xw, wide_d, 1, 10.0f), run(*gpu_, g, xw, wide_d, 1, 10.0f, true), g.d()), 0)
+        << many << " experts: the default sequence";
+}
+
+}  // namespace
+}  // namespace deepinfer
