@@ -6,7 +6,10 @@
 // rotating through 8 random routings so that consecutive calls touch different experts; GB/s counts the weight +
 // scale bytes of the distinct experts a call touches. Both kernels of launch_expert_linear are timed: fp32 FMAs
 // (DEEPINFER_CUDA_GEMM=tiled) and tensor cores (the bf16 modes), with the tensor-core output's relative difference
-// from the fp32 one.
+// from the fp32 one. Last the whole routed FFN (w1, w3, SwiGLU, w2) of those tokens: the backend's default sequence
+// (expert_linear x 3 + swiglu, each on the kernel the default mode picks for its rows) against the fused wgmma
+// kernels planned on the device (launch_routed_experts_wgmma, Backend::routed_experts on Hopper), GB/s over the three
+// weights of the distinct experts, and the two outputs' relative difference.
 //   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--experts-only | --no-experts]
 #include <cuda_runtime.h>
 
@@ -19,6 +22,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/experts_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weight_chunks.cuh"
 #include "common/event_timing.cuh"
@@ -140,11 +144,45 @@ std::vector<float> download(const float* p, int64_t n) {
     return v;
 }
 
+// max |a - b| / max |b| of two device arrays of n floats; infinite where one of them alone is NaN.
+double rel_diff(const float* a_dev, const float* b_dev, int64_t n) {
+    const std::vector<float> a = download(a_dev, n), b = download(b_dev, n);
+    double diff = 0, ref = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+        ref = std::max(ref, static_cast<double>(std::fabs(b[i])));
+        if (std::isnan(a[i]) != std::isnan(b[i])) diff = INFINITY;
+    }
+    return ref > 0 ? diff / ref : diff;
+}
+
 // ---- routed experts ----
 
 // expert_linear over kExperts experts of [n x k] FP4, top-kTopK routing of `tokens` tokens (slot (t, j) reads
 // token row t when rows_per_input is kTopK, its own row when it is 1), as the MoE block's w1/w3 and w2 calls.
 constexpr int kExperts = 256, kTopK = 6, kRoutings = 8;
+
+// kRoutings routings of `tokens` tokens, one after the other in ids: kTopK distinct experts a token, ascending, as
+// moe_route leaves them; distinct: the mean number of experts a routing touches.
+struct Routings {
+    std::vector<int32_t> ids;
+    double distinct = 0;
+};
+Routings make_routings(std::mt19937& rng, int64_t tokens) {
+    Routings r;
+    std::vector<int32_t> all(kExperts);
+    for (int i = 0; i < kRoutings; ++i) {
+        std::vector<bool> touched(kExperts);
+        for (int64_t t = 0; t < tokens; ++t) {
+            std::iota(all.begin(), all.end(), 0);
+            std::shuffle(all.begin(), all.end(), rng);
+            std::sort(all.begin(), all.begin() + kTopK);
+            for (int j = 0; j < kTopK; ++j) r.ids.push_back(all[j]), touched[all[j]] = true;
+        }
+        r.distinct += static_cast<double>(std::count(touched.begin(), touched.end(), true)) / kRoutings;
+    }
+    return r;
+}
 
 void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, double bandwidth, int iters) {
     const Case c{name, n, k, 2, 0, 0, 1};
@@ -171,21 +209,10 @@ void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, dou
 
     std::mt19937 rng(5);
     for (int64_t tokens : {1, 8, 32, 128}) {
-        // kRoutings routings of `tokens` tokens: kTopK distinct experts each, ascending, as moe_route leaves them.
         const int64_t rows = tokens * kTopK;
-        std::vector<int32_t> ids, all(kExperts);
-        double distinct = 0;
-        for (int r = 0; r < kRoutings; ++r) {
-            std::vector<bool> touched(kExperts);
-            for (int64_t t = 0; t < tokens; ++t) {
-                std::iota(all.begin(), all.end(), 0);
-                std::shuffle(all.begin(), all.end(), rng);
-                std::sort(all.begin(), all.begin() + kTopK);
-                for (int j = 0; j < kTopK; ++j) ids.push_back(all[j]), touched[all[j]] = true;
-            }
-            distinct += static_cast<double>(std::count(touched.begin(), touched.end(), true)) / kRoutings;
-        }
-        CHECK(cudaMemcpy(ids_d, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+        const Routings routings = make_routings(rng, tokens);
+        const double distinct = routings.distinct;
+        CHECK(cudaMemcpy(ids_d, routings.ids.data(), routings.ids.size() * 4, cudaMemcpyHostToDevice));
         auto desc = [&](float* out, int r) {
             return ExpertLinearDesc{out, x, ids_d + r * rows, table_d, rows, n, k, kExperts, rows_per_input};
         };
@@ -207,17 +234,7 @@ void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, dou
         // The tensor-core kernel's output against the fp32 kernel's (bf16 activations: ~1e-3 expected).
         fp32_kernel(desc(out_fp32, 0));
         tc_kernel(desc(out_tc, 0));
-        {
-            const std::vector<float> a = download(out_tc, rows * n), b = download(out_fp32, rows * n);
-            double diff = 0, ref = 0;
-            for (int64_t i = 0; i < rows * n; ++i) {
-                diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
-                ref = std::max(ref, static_cast<double>(std::fabs(b[i])));
-                if (std::isnan(a[i]) != std::isnan(b[i])) diff = INFINITY;
-            }
-            std::printf(" %9.1e", ref > 0 ? diff / ref : diff);
-        }
-        std::printf("\n");
+        std::printf(" %9.1e\n", rel_diff(out_tc, out_fp32, rows * n));
     }
     CHECK(cudaFree(ids_d));
     CHECK(cudaFree(x));
@@ -225,6 +242,101 @@ void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, dou
     CHECK(cudaFree(out_fp32));
     CHECK(cudaFree(table_d));
     for (Matrix& m : experts) {
+        CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));
+        CHECK(cudaFree(const_cast<uint8_t*>(m.d.scale)));
+    }
+}
+
+// The routed FFN of `tokens` tokens (kTopK slots each) over kExperts experts of w1, w3 [inter x d] and w2 [d x inter]:
+// the default sequence, then the fused kernels, each over kRoutings routings in turn.
+void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
+    // The backend keeps freed blocks in the stream-ordered pool; so does this process, as both paths take scratch.
+    cudaMemPool_t pool;
+    CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    uint64_t threshold = UINT64_MAX;
+    CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+    const Case up{"w1/w3", inter, d, 2, 0, 0, 1}, down{"w2", d, inter, 2, 0, 0, 1};
+    std::vector<Matrix> mats;
+    std::vector<WeightDesc> t1, t3, t2;
+    for (int e = 0; e < kExperts; ++e) {
+        mats.push_back(make_matrix(up, 5000 + 6 * static_cast<uint32_t>(e)));
+        t1.push_back(mats.back().d);
+        mats.push_back(make_matrix(up, 5002 + 6 * static_cast<uint32_t>(e)));
+        t3.push_back(mats.back().d);
+        mats.push_back(make_matrix(down, 5004 + 6 * static_cast<uint32_t>(e)));
+        t2.push_back(mats.back().d);
+    }
+    if (!grouped_experts_wgmma_applies(t1.data(), t3.data(), t2.data(), kExperts)) {
+        std::printf("routed FFN: the wgmma kernels do not apply on this device (compute capability 9.0 only)\n");
+        for (Matrix& m : mats) {
+            CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));
+            CHECK(cudaFree(const_cast<uint8_t*>(m.d.scale)));
+        }
+        return;
+    }
+    const int64_t expert_bytes = 2 * (mats[0].bytes + mats[0].scale_bytes) + mats[2].bytes + mats[2].scale_bytes;
+    std::vector<WeightDesc*> tables_d;
+    for (const std::vector<WeightDesc>* t : {&t1, &t3, &t2}) {
+        WeightDesc* p = nullptr;
+        CHECK(cudaMalloc(&p, kExperts * sizeof(WeightDesc)));
+        CHECK(cudaMemcpy(p, t->data(), kExperts * sizeof(WeightDesc), cudaMemcpyHostToDevice));
+        tables_d.push_back(p);
+    }
+    const std::vector<uint8_t> ptrs = routed_experts_wgmma_table(t1.data(), t3.data(), t2.data(), kExperts);
+    void* ptrs_d = nullptr;
+    CHECK(cudaMalloc(&ptrs_d, ptrs.size()));
+    CHECK(cudaMemcpy(ptrs_d, ptrs.data(), ptrs.size(), cudaMemcpyHostToDevice));
+    const bool fast1 = expert_linear_streams(t1.data(), kExperts), fast2 = expert_linear_streams(t2.data(), kExperts);
+
+    const int64_t max_tokens = 128, max_rows = max_tokens * kTopK;
+    const float limit = 10.0f;
+    float *x = nullptr, *g = nullptr, *u = nullptr, *out_linear = nullptr, *out_wgmma = nullptr;
+    CHECK(cudaMalloc(&x, max_tokens * d * 4));
+    CHECK(cudaMalloc(&g, max_rows * inter * 4));
+    CHECK(cudaMalloc(&u, max_rows * inter * 4));
+    CHECK(cudaMalloc(&out_linear, max_rows * d * 4));
+    CHECK(cudaMalloc(&out_wgmma, max_rows * d * 4));
+    fill_device(x, max_tokens * d * 4, 0, 13);
+    int32_t* ids_d = nullptr;
+    CHECK(cudaMalloc(&ids_d, kRoutings * max_rows * 4));
+
+    std::mt19937 rng(9);
+    for (int64_t tokens : {1, 8, 32, 128}) {
+        const int64_t rows = tokens * kTopK;
+        const Routings routings = make_routings(rng, tokens);
+        const double distinct = routings.distinct;
+        CHECK(cudaMemcpy(ids_d, routings.ids.data(), routings.ids.size() * 4, cudaMemcpyHostToDevice));
+        // The default mode's kernel for these rows (CudaBackend::tc_experts in the auto mode).
+        const bool tc = rows > kExpertTcMinRows;
+        auto linear = [&](int r) {
+            const int32_t* id = ids_d + r * rows;
+            launch_expert_linear({g, x, id, tables_d[0], rows, inter, d, kExperts, kTopK}, t1[0], fast1, tc, nullptr);
+            launch_expert_linear({u, x, id, tables_d[1], rows, inter, d, kExperts, kTopK}, t3[0], fast1, tc, nullptr);
+            launch_swiglu(g, g, u, rows * inter, limit, nullptr);
+            launch_expert_linear({out_linear, g, id, tables_d[2], rows, d, inter, kExperts, 1}, t2[0], fast2, tc,
+                                 nullptr);
+        };
+        auto fused = [&](int r) {
+            launch_routed_experts_wgmma(out_wgmma, x, ids_d + r * rows, rows, kTopK, ptrs_d, kExperts, d, inter, limit,
+                                        nullptr);
+        };
+        for (int i = 0; i < kRoutings; ++i) linear(i), fused(i);
+        const double linear_us = deepinfer::bench::mean_call_us(iters, [&](int i) { linear(i % kRoutings); });
+        const double fused_us = deepinfer::bench::mean_call_us(iters, [&](int i) { fused(i % kRoutings); });
+        auto gbs = [&](double us) { return distinct * static_cast<double>(expert_bytes) / us / 1e3; };
+        linear(0);
+        fused(0);
+        std::printf("%-18s %4lld %5lld %6.1f %-6s %9.2f %7.0f %5.1f%% %9.2f %7.0f %5.1f%% %7.2fx %9.1e\n",
+                    "routed ffn x256", static_cast<long long>(tokens), static_cast<long long>(rows), distinct,
+                    tc ? "tc" : "fp32", linear_us, gbs(linear_us), 100.0 * gbs(linear_us) / bandwidth, fused_us,
+                    gbs(fused_us), 100.0 * gbs(fused_us) / bandwidth, linear_us / fused_us,
+                    rel_diff(out_wgmma, out_linear, rows * d));
+    }
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(g), static_cast<void*>(u), static_cast<void*>(out_linear),
+                    static_cast<void*>(out_wgmma), static_cast<void*>(ids_d), ptrs_d})
+        CHECK(cudaFree(p));
+    for (WeightDesc* p : tables_d) CHECK(cudaFree(p));
+    for (Matrix& m : mats) {
         CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));
         CHECK(cudaFree(const_cast<uint8_t*>(m.d.scale)));
     }
@@ -310,14 +422,7 @@ int main(int argc, char** argv) {
                 const int64_t n_out = rows * c.n;
                 run_case(c, copies[0].d, out_fp32, x, rows, fp32_kernel);
                 tc_call(c, copies[0].d, rows);
-                const std::vector<float> a = download(out_tc, n_out), b = download(out_fp32, n_out);
-                double diff = 0, ref = 0;
-                for (int64_t i = 0; i < n_out; ++i) {
-                    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
-                    ref = std::max(ref, static_cast<double>(std::fabs(b[i])));
-                    if (std::isnan(a[i]) != std::isnan(b[i])) diff = INFINITY;
-                }
-                std::printf(" %9.1e", ref > 0 ? diff / ref : diff);
+                std::printf(" %9.1e", rel_diff(out_tc, out_fp32, n_out));
             }
             std::printf("\n");
         }
@@ -335,6 +440,10 @@ int main(int argc, char** argv) {
                     "tok", "rows", "exp", "fp32 us", "GB/s", "% bw", "tc us", "GB/s", "% bw", "tc gain", "tc diff");
         run_experts("expert w1/w3 x256", 2048, 4096, kTopK, bandwidth, iters);
         run_experts("expert w2 x256", 4096, 2048, 1, bandwidth, iters);
+        // The whole routed FFN: w1, w3, SwiGLU and w2 (D 4096, I 2048).
+        std::printf("\n%-18s %4s %5s %6s %-6s %9s %7s %6s %9s %7s %6s %8s %9s\n", "routed ffn (fp4)", "tok", "rows",
+                    "exp", "linear", "linear us", "GB/s", "% bw", "wgmma us", "GB/s", "% bw", "gain", "diff");
+        run_routed(4096, 2048, bandwidth, iters);
     }
     return 0;
 }
