@@ -203,7 +203,7 @@ protected:
             << what << ": against the CPU (" << pick.size() << " slots)";
         const std::vector<float> linear = run(*gpu_, f, x, ids_d, rows_per_input, limit, true);
         EXPECT_LE(rel_error(got, linear), kSameNumericsBound) << what << ": against expert_linear x 3";
-        if (!wgmma(f)) return;
+        if (!wgmma(f) || inputs < cuda::kRoutedWgmmaMinTokens) return;  // expert_linear's own kernels
         EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, rows_per_input, limit, false, misaligned), got, f.d()), 0)
             << what << ": a second run";
         const std::vector<float> prefill = run_prefill_path(f, xd, ids, rows_per_input, limit);
@@ -311,6 +311,16 @@ TEST_F(CudaRoutedExperts, SwitchAndFallback) {
     const std::string fused_profile = fused->take_profile();
     EXPECT_LE(rel_error(got, base), kSameNumericsBound);
     EXPECT_EQ(fused_profile.find("routed_experts wgmma") != std::string::npos, wgmma(f)) << fused_profile;
+
+    // Below kRoutedWgmmaMinTokens tokens the fused backend takes expert_linear too.
+    const std::vector<int32_t> one = routed_ids(1, 16, 6);
+    const std::vector<float> x1 = randn(f.d());
+    const Tensor one_d = i32_device(one);
+    const std::vector<float> one_base = run(*gpu_, f, x1, one_d, 6, 10.0f, true);
+    fused->take_profile();
+    EXPECT_EQ(rows_differing(run(*fused, f, x1, one_d, 6, 10.0f), one_base, f.d()), 0) << "one token";
+    const std::string one_profile = fused->take_profile();
+    EXPECT_EQ(one_profile.find("routed_experts wgmma"), std::string::npos) << one_profile;
 
     setenv("DEEPINFER_CUDA_DECODE_EXPERTS", "fused", 1);
     EXPECT_THROW(create_backend("cuda", 2), Error);

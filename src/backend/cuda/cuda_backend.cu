@@ -549,7 +549,8 @@ public:
                         const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2, int rows_per_input,
                         float swiglu_limit) override {
         const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
-        const void* table = decode_experts_wgmma_ && wgmma_mode() ? wgmma_table(w1, t1, t3, t2) : nullptr;
+        const bool enough = rows_per_input > 0 && expert_of_row.numel() / rows_per_input >= cuda::kRoutedWgmmaMinTokens;
+        const void* table = decode_experts_wgmma_ && enough && wgmma_mode() ? wgmma_table(w1, t1, t3, t2) : nullptr;
         if (!table) {
             Backend::routed_experts(out, x, expert_of_row, w1, w3, w2, rows_per_input, swiglu_limit);
             return;
