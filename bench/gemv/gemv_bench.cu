@@ -391,7 +391,7 @@ int main(int argc, char** argv) {
     };
 
     if (gemv)
-        std::printf("%-18s %-9s %-14s %4s %-5s %10s %8s %7s %9s\n", "shape", "dtype", "[n x k]", "rows", "gemv",
+        std::printf("%-18s %-9s %-14s %4s %-6s %10s %8s %7s %9s\n", "shape", "dtype", "[n x k]", "rows", "gemv",
                     "us/call", "GB/s", "% bw", "vs fp32");
     for (const Case& c : gemv ? cases : std::vector<Case>{}) {
         // Enough copies (>= 256 MB) that every launch reads its weights from HBM, not from the 50 MB L2.
@@ -403,7 +403,7 @@ int main(int argc, char** argv) {
         std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(c.n), static_cast<long long>(c.k));
         auto print = [&](int rows, const char* kernel, double us) {
             const double gbs = static_cast<double>(bytes) / us / 1e3;
-            std::printf("%-18s %-9s %-14s %4d %-5s %10.2f %8.0f %6.1f%%", c.name, dtype_label(c), shape, rows, kernel,
+            std::printf("%-18s %-9s %-14s %4d %-6s %10.2f %8.0f %6.1f%%", c.name, dtype_label(c), shape, rows, kernel,
                         us, gbs, 100.0 * gbs / bandwidth);
         };
         // The fp32 GEMV (1 and 8 rows), then the tensor-core one (8, 16, 32 rows; at 8 rows its output's
@@ -425,6 +425,16 @@ int main(int argc, char** argv) {
                 std::printf(" %9.1e", rel_diff(out_tc, out_fp32, n_out));
             }
             std::printf("\n");
+        }
+        // BF16 weights: cuBLAS uses them in place (no dequantization), the alternative from 8 rows.
+        if (c.format == 0 && c.dtype == 1 && c.groups == 1) {
+            CublasGemm gemm(nullptr);
+            for (int rows : {8, 16, 32}) {
+                auto call = [&](int i) { gemm.run(out_tc, c.n, x, c.k, rows, copies[i % copies.size()].d, 0, c.n); };
+                for (int i = 0; i < 10; ++i) call(i);
+                print(rows, "cublas", deepinfer::bench::mean_call_us(iters, call));
+                std::printf("\n");
+            }
         }
         for (Matrix& m : copies) {
             CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/gemm_policy.h"
 #include "core/dtype.h"
 #include "cuda_test_support.h"
 #include "deepinfer/error.h"
@@ -169,9 +170,18 @@ TEST_F(CudaGemmAuto, BothSidesOfTheThreshold) {
     }
 }
 
+// A BF16 weight of kCublasBf16MinFeatures rows (the head's kind) goes to cuBLAS from 2 rows (read in place); a
+// narrower one stays on the tensor-core GEMV. Both against the CPU.
+TEST_F(CudaGemmAuto, WideBf16WeightsOnCublas) {
+    const HostWeight wide = make_weight(rng_, 1, cuda::kCublasBf16MinFeatures, 256);
+    const LinearWeight wide_d = to_backend(*gpu_, wide.w, &storage_);
+    for (int64_t t : {2, 8, 17, 32}) check(1, wide, wide_d, t);
+    for (int64_t t : {2, 32}) check(1, t, cuda::kCublasBf16MinFeatures - 8, 256);
+}
+
 // 2..32 rows in the bf16 modes take the tensor-core GEMV (gemv_tc.cu; 17..32 rows on two MMA row tiles): every
 // weight kind (FP8 with 32-wide scale blocks, smaller than its 64-wide k blocks, stays on the fp32 GEMV up to 8
-// rows and takes the tensor-core GEMM above). n = 77 ends in a partial tile of 16 features; k = 4096 with 40
+// rows and takes the tensor-core GEMM above). n = 77 ends in a partial tile of 32 features; k = 4096 with 40
 // features and k = 8192 (staged in slices of 2048 over 4 ranks, or of 1024 over 8 above 16 rows) split K over a
 // cluster; n = 5000 makes blocks loop over tiles; k = 128 is one k block of FP4.
 TEST_F(CudaGemmTc, GemvTensorCoresEveryKindAndRowCount) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/experts_wgmma.h"
+#include "backend/cuda/gemm_policy.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/lanes.h"
 #include "backend/cuda/op_profiler.h"
@@ -280,7 +281,13 @@ public:
     // 2..32 rows go to the tensor-core GEMV where the GEMM mode computes from bf16 inputs anyway; one row stays
     // on the fp32 GEMV (memory-bound either way, and exact). Batch-invariant mode takes neither (see matmul()).
     bool tc_gemv(int64_t rows, const WeightDesc& d) const {
-        return !batch_invariant_ && gemm_mode_ != GemmMode::kTiled && cuda::gemv_tc_applies(rows, d);
+        return !batch_invariant_ && gemm_mode_ != GemmMode::kTiled && !wide_bf16_on_cublas(rows, d) &&
+               cuda::gemv_tc_applies(rows, d);
+    }
+    // Wide BF16 weights (the head) on cuBLAS from 2 rows in the default mode (see kCublasBf16MinFeatures).
+    bool wide_bf16_on_cublas(int64_t rows, const WeightDesc& d) const {
+        return !batch_invariant_ && gemm_mode_ == GemmMode::kAuto && rows >= 2 && d.format == 0 && d.dtype == 1 &&
+               d.rows >= cuda::kCublasBf16MinFeatures;
     }
     // The routed experts (expert_linear) on the tensor cores where the GEMM mode computes from bf16 inputs: always
     // in tc and batch-invariant modes (its per-row sums do not depend on the other rows, so a row's result then
@@ -292,17 +299,18 @@ public:
         return gemm_mode_ == GemmMode::kTc || batch_invariant_ || rows > cuda::kExpertTcMinRows;
     }
     bool fp32_gemv(int64_t rows, const WeightDesc& d) const {
-        return !batch_invariant_ && !tc_gemv(rows, d) && cuda::gemv_applies(rows, d);
+        return !batch_invariant_ && !tc_gemv(rows, d) && !wide_bf16_on_cublas(rows, d) && cuda::gemv_applies(rows, d);
     }
-    // Few rows: the weight-streaming GEMVs (tc_gemv(), fp32_gemv()); else, by DEEPINFER_CUDA_GEMM, cuBLAS (from kCublasMinRows rows in auto
-    // mode, where dequantizing the weight to bf16 first pays off), our tensor-core kernel or the exact fp32 tiled
+    // Few rows: the weight-streaming GEMVs (tc_gemv(), fp32_gemv()); else, by DEEPINFER_CUDA_GEMM, cuBLAS (from
+    // kCublasMinRows rows in auto mode, where dequantizing the weight to bf16 first pays off, and for wide BF16
+    // weights from 2 rows: wide_bf16_on_cublas()), our tensor-core kernel or the exact fp32 tiled
     // kernel. Batch-invariant mode keeps one kernel for every row count, so that a row's result never depends on
     // how many rows share the step: the tensor-core kernel without split-K (its per-output reduction order then
     // depends only on K) in every mode but tiled (likewise), since cuBLAS picks its algorithm per shape.
     // The kernels go to `lane`: the kernel choice, and so the result, does not depend on it.
     void matmul(cuda::Lane& lane, float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows,
                 const WeightDesc& d, int64_t w_row0, int64_t n_out) {
-        const bool cublas = !batch_invariant_ && (gemm_mode_ == GemmMode::kCublas ||
+        const bool cublas = !batch_invariant_ && (gemm_mode_ == GemmMode::kCublas || wide_bf16_on_cublas(rows, d) ||
                                                   (gemm_mode_ == GemmMode::kAuto && rows >= cuda::kCublasMinRows));
         if (tc_gemv(rows, d)) {
             const auto op = scope(lane, rows <= 16 ? "matmul gemv tensor cores 2-16 rows"
