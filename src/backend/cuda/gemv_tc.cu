@@ -11,13 +11,13 @@
 // reads one 16-byte chunk of its feature's row per E/4 steps and the same 4c-strided activations, and a warp's
 // 4 lanes of a feature read 64 contiguous bytes.
 //
-// Block: 8 warps = 2 feature halves (8 features each; 16 with 17-32 rows) x 4 K quarters, 16 (32) features per
-// tile; a cluster of cs blocks splits K further (their partials added in rank order through distributed shared
-// memory). Several products of one weight kind and K (the projections of one input, the groups of a grouped
-// linear) share a launch, their tiles laid end to end. Weights stream through a per-warp ring of cp.async stages
-// (see the kernel). Weights are
-// dequantized to bf16 in registers (FP8 and FP4 times power-of-two scales exactly; f32 weights and fp32
-// scales round), activations are rounded to bf16 once when staged: the numerics of the tensor-core GEMM.
+// Block: 8 warps = 2 feature halves (16 features each) x 4 K quarters, 32 features per tile; a cluster of cs
+// blocks splits K further (their partials added in rank order through distributed shared memory). Several
+// products of one weight kind and K (the projections of one input, the groups of a grouped linear) share a
+// launch, their tiles laid end to end. Weights stream through a per-warp ring of cp.async stages (see the
+// kernel). Weights are dequantized to bf16 in registers (FP8 and FP4 times power-of-two scales exactly; f32
+// weights and fp32 scales round), activations are rounded to bf16 once when staged: the numerics of the
+// tensor-core GEMM.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -48,13 +48,19 @@ constexpr int slice_k(int mt) { return 2048 / mt; }
 // Staged activations per block at most: bf16 rows of a rank's slice plus padding, the larger of the two shapes.
 constexpr int stage_bytes(int mt) { return 16 * mt * (slice_k(mt) + kPad) * 2; }
 constexpr int kStageBytes = stage_bytes(1) > stage_bytes(2) ? stage_bytes(1) : stage_bytes(2);
-// Features per tile with MT row tiles: each warp serves MT groups of 8 features (see the kernel).
-constexpr int tile_of(int mt) { return 8 * kFeatureWarps * mt; }
+// Groups of 8 features per warp, at every row count: two (a tile of 32 features) share each activation fragment
+// read from shared memory and halve the tiles' fixed costs (the K quarters' and the cluster's reductions, about as
+// many issued instructions as the main loop with one group at 8 rows; ncu). On the H200 at 8 rows (gemv_bench,
+// one group -> two): wq_b 31.1 -> 26.3 us, wo_b 53.5 -> 41.5, wo_a (8 groups) 34.0 -> 27.6, wq_a 13.8 -> 10.8
+// (wkv 8.5 -> 9.2); the 8-layer V4-Flash decode step at batch 8 4.79 -> 4.57 ms.
+constexpr int kGroupsPerWarp = 2;
+// Features per tile when each warp serves nf groups of 8 features (see the kernel).
+constexpr int tile_of(int nf) { return 8 * kFeatureWarps * nf; }
 // Stages of a warp's weight ring: 32 KiB a block, so 16 warps an SM keep up to ~56 KiB of weights in flight
 // (two chunks a lane held in registers allowed ~24 KiB). On the H200 this took the 8-layer V4-Flash decode step
 // from 11.3 to 10.6 ms at 32 rows and left 8 rows unchanged; the kernel still streams well below the HBM's rate
 // at 16-32 rows (bench/results/gemv_tc_*.txt), the next thing to find out being why.
-constexpr int ring_stages(int mt) { return kRingBytes / (kThreads / 32) / (mt * 32 * 16); }
+constexpr int ring_stages(int nf) { return kRingBytes / (kThreads / 32) / (nf * 32 * 16); }
 
 // One product of a launch; its tiles are tiles tile0 .. tile0 + ceil(n_out / tile) - 1 of the launch. Its
 // weight's layout is the launch's `w`, its data and scales are its own.
@@ -103,16 +109,16 @@ __device__ __forceinline__ void stage_x(uint16_t* xs, int stride, const float* x
     }
 }
 
-// MT m16 tiles of rows: each dequantized weight fragment feeds MT MMAs, and each warp serves NF = MT groups of 8
-// features, so that each activation fragment read from shared memory feeds NF MMAs too: with 32 rows, one group
-// would need 8 16-byte shared loads per lane for 512 bytes of FP8 weights a warp, more than the shared memory
-// delivers at the HBM's rate. Block y of the grid takes a contiguous range of the launch's tiles (so it restages
-// activations only where its range crosses into a job with other inputs); every rank of a cluster takes the same
-// range.
-template <int K, int MT>
+// MT m16 tiles of rows: each dequantized weight fragment feeds MT MMAs, and each warp serves NF groups of 8
+// features (kGroupsPerWarp), so that each activation fragment read from shared memory feeds NF MMAs too: with 32
+// rows, one group would need 8 16-byte shared loads per lane for 512 bytes of FP8 weights a warp, more than the
+// shared memory delivers at the HBM's rate. Block y of the grid takes a contiguous range of the launch's tiles
+// (so it restages activations only where its range crosses into a job with other inputs); every rank of a
+// cluster takes the same range.
+template <int K, int MT, int NF>
 __global__ void __launch_bounds__(kThreads, 2) gemv_tc_kernel(const __grid_constant__ GemvTcParams p) {
     constexpr int E = kElems<K>, KB = 4 * E, W2 = E / 2;  // weights per chunk, k per block, words per chunk
-    constexpr int kRowsT = 16 * MT, NF = MT, kTile = tile_of(MT), S = ring_stages(MT);
+    constexpr int kRowsT = 16 * MT, kTile = tile_of(NF), S = ring_stages(NF);
     // Dynamic shared memory: the staged activations, [p.rows][stride] bf16 (this rank's K slice), then each
     // warp's ring of weight chunks, [warps][S][NF][32 lanes] 16 bytes, which the K quarters' partial sums
     // red [kKWarps][kTile][kRowsT] f32 overlay once the chunks are consumed, then the rings of their scales'
@@ -290,9 +296,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_tc_kernel(const __grid_const
     }
 }
 
-template <int K, int MT>
+template <int K, int MT, int NF>
 void launch(const GemvTcParams& p, int cs, int slots, cudaStream_t stream) {
-    auto kernel = gemv_tc_kernel<K, MT>;
+    auto kernel = gemv_tc_kernel<K, MT, NF>;
     const int smem = kStageBytes + kRingBytes + kRingBytes / 4;
     static std::atomic<uint64_t> configured{0};
     allow_smem(kernel, smem, configured);
@@ -302,9 +308,9 @@ void launch(const GemvTcParams& p, int cs, int slots, cudaStream_t stream) {
 template <int K>
 void launch_rows(const GemvTcParams& p, int cs, int slots, cudaStream_t stream) {
     if (p.rows > 16)
-        launch<K, 2>(p, cs, slots, stream);
+        launch<K, 2, kGroupsPerWarp>(p, cs, slots, stream);
     else
-        launch<K, 1>(p, cs, slots, stream);
+        launch<K, 1, kGroupsPerWarp>(p, cs, slots, stream);
 }
 
 // Jobs one launch can share: the same weight kind, K and scale layout.
@@ -333,7 +339,7 @@ void launch_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stre
                      j.n_out,
                      static_cast<int>(tiles),
                      reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.lda % 4 == 0};
-        tiles += ceil_div(j.n_out, tile_of(mt));
+        tiles += ceil_div(j.n_out, tile_of(kGroupsPerWarp));
     }
     DI_CHECK(tiles <= INT32_MAX, "gemv_tc: ", tiles, " tiles");
     p.tiles = static_cast<int>(tiles);
