@@ -192,6 +192,20 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_tc_kernel(const __grid_const
             __syncthreads();
             staged = job.x;
         }
+        // FP8: the raw scale bits (E8M0 byte or f32) of this warp's next k block, loaded one step ahead so that
+        // their L1/L2 latency overlaps a step's work instead of following the weights' wait (ncu at 8 rows: the
+        // conversion of a scale loaded in the step was the main loop's second largest stall).
+        uint32_t scale_bits[NF];
+        auto load_scales = [&](int kb) {
+#pragma unroll
+            for (int nf = 0; nf < NF; ++nf) {
+                const uint8_t* at = scale_at(nf, kb);
+                scale_bits[nf] = scale_f32 ? __ldg(reinterpret_cast<const uint32_t*>(at)) : __ldg(at);
+            }
+        };
+        if constexpr (K == kFP8) {
+            if (iters > 0) load_scales(wk);
+        }
         for (int i = 0; i < iters; ++i) {
             // Stage (i - 1) % S was read in the previous step: refill it with k block i + S - 1, then wait
             // for k block i (all but the S - 1 newest groups complete).
@@ -207,9 +221,11 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_tc_kernel(const __grid_const
                 if constexpr (K == kFP4) {
                     sc[nf] = e8m0_to_f32((ring_scales[(stage * NF + nf) * 32] >> (8 * c)) & 0xff);
                 } else if constexpr (K == kFP8) {
-                    const uint8_t* at = scale_at(nf, kb);
-                    sc[nf] = scale_f32 ? __ldg(reinterpret_cast<const float*>(at)) : e8m0_to_f32(__ldg(at));
+                    sc[nf] = scale_f32 ? __uint_as_float(scale_bits[nf]) : e8m0_to_f32(scale_bits[nf]);
                 }
+            }
+            if constexpr (K == kFP8) {
+                if (i + 1 < iters) load_scales(kb + kKWarps);
             }
             uint32_t wb[NF][W2];
             // FP4's decode gives 2^-6 times the value: fold 64 into the scale.
