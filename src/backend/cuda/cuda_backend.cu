@@ -549,10 +549,10 @@ public:
         cuda::launch_expert_linear(d, table.host[0], table.streams, tc_experts(r), stream_);
     }
     // Decode's routed experts on the fused wgmma kernels with their plan built on the device (experts_wgmma.cu,
-    // "Decode") wherever wgmma_experts() takes the experts, for any number of slots (moe_forward sends up to
-    // kMoeDeviceSlots): one expert's weights are read once for all its slots, by an 8-stage asynchronous ring, where
-    // expert_linear reads them once per product at 30-45% of the HBM's rate (cost model in experts_wgmma.cu, not yet
-    // measured). DEEPINFER_CUDA_DECODE_EXPERTS=linear keeps the default sequence.
+    // "Decode") wherever they take the experts, from kRoutedWgmmaMinTokens tokens (moe_forward sends up to
+    // kMoeDeviceSlots slots): one expert's weights are read once for all its slots, by an 8-stage asynchronous ring,
+    // where expert_linear reads them once per product at 30-45% of the HBM's rate (measured figures at
+    // kRoutedWgmmaMinTokens). DEEPINFER_CUDA_DECODE_EXPERTS=linear keeps the default sequence.
     void routed_experts(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& w1,
                         const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2, int rows_per_input,
                         float swiglu_limit) override {
@@ -682,7 +682,11 @@ private:
         return !batch_invariant_ && (gemm_mode_ == GemmMode::kAuto || gemm_mode_ == GemmMode::kTc);
     }
     bool wgmma_experts(const ExpertTable& t1, const ExpertTable& t3, const ExpertTable& t2) const {
-        if (!wgmma_mode()) return false;
+        return wgmma_mode() && wgmma_takes(t1, t3, t2);
+    }
+    // Whether the wgmma kernels take the three expert lists (FP4 of their shapes, a compute capability 9.0 GPU),
+    // whatever the mode.
+    static bool wgmma_takes(const ExpertTable& t1, const ExpertTable& t3, const ExpertTable& t2) {
         return t1.host.size() == t3.host.size() && t1.host.size() == t2.host.size() &&
                cuda::grouped_experts_wgmma_applies(t1.host.data(), t3.host.data(), t2.host.data(),
                                                    static_cast<int>(t1.host.size()));
@@ -704,8 +708,8 @@ private:
                                            swiglu_limit, stream_, in_rows, out_rows);
     }
 
-    // routed_experts on the wgmma kernels: whether they take the three expert lists (FP4 of their shapes, at most
-    // kRoutedWgmmaMaxExperts, a compute capability 9.0 GPU) and the device table of the experts' weight pointers.
+    // routed_experts on the wgmma kernels: whether they take the three expert lists (wgmma_takes(), at most
+    // kRoutedWgmmaMaxExperts) and the device table of the experts' weight pointers.
     // Decided and built on the first use of a w1 list, keyed by its address, and again only when one of the three
     // lists was described again (expert_table()): a decode step pays no O(experts) check for it.
     struct WgmmaTable {
@@ -718,10 +722,8 @@ private:
         WgmmaTable& t = wgmma_tables_[w1.data()];
         if (t.v1 != t1.version || t.v3 != t3.version || t.v2 != t2.version) {
             t.v1 = t1.version, t.v3 = t3.version, t.v2 = t2.version;
-            t.applies = t1.host.size() <= static_cast<size_t>(cuda::kRoutedWgmmaMaxExperts) &&
-                        t1.host.size() == t3.host.size() && t1.host.size() == t2.host.size() &&
-                        cuda::grouped_experts_wgmma_applies(t1.host.data(), t3.host.data(), t2.host.data(),
-                                                            static_cast<int>(t1.host.size()));
+            t.applies =
+                t1.host.size() <= static_cast<size_t>(cuda::kRoutedWgmmaMaxExperts) && wgmma_takes(t1, t3, t2);
             t.device = Tensor();
             if (t.applies) {
                 const std::vector<uint8_t> bytes = cuda::routed_experts_wgmma_table(

@@ -39,7 +39,7 @@ constexpr int kThreads = 256;
 constexpr int kFeatureWarps = 2, kKWarps = 4;  // warps along features and along K
 constexpr int kMaxRows = 32;                   // activation rows at most: two m16 MMA tiles
 constexpr int kPad = 8;                        // bf16 padding per staged row (rotates the banks)
-constexpr int kRingBytes = 32 * 1024;          // weight chunks in flight per block (see ring_stages())
+constexpr int kRingBytes = 32 * 1024;          // weight chunks in flight per block (see kStages)
 constexpr int kMaxCluster = 8;
 constexpr int kMaxJobs = 8;  // products per launch
 
@@ -54,13 +54,12 @@ constexpr int kStageBytes = stage_bytes(1) > stage_bytes(2) ? stage_bytes(1) : s
 // one group -> two): wq_b 31.1 -> 26.3 us, wo_b 53.5 -> 41.5, wo_a (8 groups) 34.0 -> 27.6, wq_a 13.8 -> 10.8
 // (wkv 8.5 -> 9.2); the 8-layer V4-Flash decode step at batch 8 4.79 -> 4.57 ms.
 constexpr int kGroupsPerWarp = 2;
-// Features per tile when each warp serves nf groups of 8 features (see the kernel).
-constexpr int tile_of(int nf) { return 8 * kFeatureWarps * nf; }
+constexpr int kTile = 8 * kFeatureWarps * kGroupsPerWarp;  // features per tile
 // Stages of a warp's weight ring: 32 KiB a block, so 16 warps an SM keep up to ~56 KiB of weights in flight
 // (two chunks a lane held in registers allowed ~24 KiB). On the H200 this took the 8-layer V4-Flash decode step
 // from 11.3 to 10.6 ms at 32 rows and left 8 rows unchanged; the kernel still streams well below the HBM's rate
 // at 16-32 rows (bench/results/gemv_tc_*.txt), the next thing to find out being why.
-constexpr int ring_stages(int nf) { return kRingBytes / (kThreads / 32) / (nf * 32 * 16); }
+constexpr int kStages = kRingBytes / (kThreads / 32) / (kGroupsPerWarp * 32 * 16);
 
 // One product of a launch; its tiles are tiles tile0 .. tile0 + ceil(n_out / tile) - 1 of the launch. Its
 // weight's layout is the launch's `w`, its data and scales are its own.
@@ -115,10 +114,10 @@ __device__ __forceinline__ void stage_x(uint16_t* xs, int stride, const float* x
 // shared memory delivers at the HBM's rate. Block y of the grid takes a contiguous range of the launch's tiles
 // (so it restages activations only where its range crosses into a job with other inputs); every rank of a
 // cluster takes the same range.
-template <int K, int MT, int NF>
+template <int K, int MT>
 __global__ void __launch_bounds__(kThreads, 2) gemv_tc_kernel(const __grid_constant__ GemvTcParams p) {
     constexpr int E = kElems<K>, KB = 4 * E, W2 = E / 2;  // weights per chunk, k per block, words per chunk
-    constexpr int kRowsT = 16 * MT, kTile = tile_of(NF), S = ring_stages(NF);
+    constexpr int kRowsT = 16 * MT, NF = kGroupsPerWarp, S = kStages;
     // Dynamic shared memory: the staged activations, [p.rows][stride] bf16 (this rank's K slice), then each
     // warp's ring of weight chunks, [warps][S][NF][32 lanes] 16 bytes, which the K quarters' partial sums
     // red [kKWarps][kTile][kRowsT] f32 overlay once the chunks are consumed, then the rings of their scales'
@@ -312,9 +311,9 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_tc_kernel(const __grid_const
     }
 }
 
-template <int K, int MT, int NF>
+template <int K, int MT>
 void launch(const GemvTcParams& p, int cs, int slots, cudaStream_t stream) {
-    auto kernel = gemv_tc_kernel<K, MT, NF>;
+    auto kernel = gemv_tc_kernel<K, MT>;
     const int smem = kStageBytes + kRingBytes + kRingBytes / 4;
     static std::atomic<uint64_t> configured{0};
     allow_smem(kernel, smem, configured);
@@ -324,9 +323,9 @@ void launch(const GemvTcParams& p, int cs, int slots, cudaStream_t stream) {
 template <int K>
 void launch_rows(const GemvTcParams& p, int cs, int slots, cudaStream_t stream) {
     if (p.rows > 16)
-        launch<K, 2, kGroupsPerWarp>(p, cs, slots, stream);
+        launch<K, 2>(p, cs, slots, stream);
     else
-        launch<K, 1, kGroupsPerWarp>(p, cs, slots, stream);
+        launch<K, 1>(p, cs, slots, stream);
 }
 
 // Jobs one launch can share: the same weight kind, K and scale layout.
@@ -355,7 +354,7 @@ void launch_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stre
                      j.n_out,
                      static_cast<int>(tiles),
                      reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.lda % 4 == 0};
-        tiles += ceil_div(j.n_out, tile_of(kGroupsPerWarp));
+        tiles += ceil_div(j.n_out, kTile);
     }
     DI_CHECK(tiles <= INT32_MAX, "gemv_tc: ", tiles, " tiles");
     p.tiles = static_cast<int>(tiles);
