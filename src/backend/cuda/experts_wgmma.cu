@@ -90,10 +90,13 @@
 #include "backend/cuda/experts_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/wgmma_common.cuh"
 #include "deepinfer/error.h"
 
 namespace deepinfer::cuda {
 namespace {
+
+using namespace wgmma;  // the mbarrier, fence, descriptor and Wgmma<N> helpers (wgmma_common.cuh)
 
 constexpr int kBK = 128;        // k per stage
 constexpr int kSliceRows = 64;  // weight rows per A slice (wgmma M)
@@ -170,122 +173,6 @@ constexpr bool kperm_is_bijection() {
 static_assert(kperm_is_bijection(), "kperm and kperm_inv are inverse permutations of 0..127");
 static_assert(kperm(0) == 0 && kperm(1) == 4 && kperm(2) == 32 && kperm(8) == 1 && kperm(16) == 2 && kperm(32) == 8,
               "lane c = 1 holds chunk 1 (k 32..); a2 is k + 1; step 1 is k + 2; word 1 is k + 8");
-
-// ---- PTX wrappers ----------------------------------------------------------------------------------------------
-
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(done)
-            : "r"(bar), "r"(parity)
-            : "memory");
-    } while (!done);
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
-}
-// The barrier's arrival (one of its expected count) when this thread's earlier cp.async copies have landed.
-__device__ __forceinline__ void cp_async_arrive_noinc(uint32_t bar) {
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-// cp.async writes are generic-proxy writes; wgmma reads shared memory through the async proxy.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-// Pins a register value at this point of the program (accumulators around the asynchronous products).
-__device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
-__device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
-__device__ __forceinline__ void pin(uint64_t& v) { asm volatile("" : "+l"(v)::"memory"); }
-
-// Descriptor of a K-major bf16 B operand under the 128-byte swizzle: start address (16-byte units), LBO 1
-// (unused by swizzled K-major layouts), SBO 1024 bytes (next 8 rows), swizzle mode 1 (128B) in bits 62-63.
-// Tiles are 1024-byte aligned, so the base offset is 0; a k step inside the atom adds 32 bytes to the start.
-__device__ __forceinline__ uint64_t b_desc(uint32_t addr) {
-    return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-           (uint64_t{1} << 62);
-}
-
-// wgmma.mma_async m64nNk16, f32 += bf16 A (registers: a0 row g k 2c..; a1 row g+8; a2 row g k 2c+8..; a3 row g+8
-// k 2c+8..) x bf16 B (shared memory, K-major, descriptor). d[4 j + v]: row g + 8 (v >> 1), column 8 j + 2 c + (v & 1).
-template <int N>
-struct Wgmma;
-template <>
-struct Wgmma<128> {
-    static __device__ __forceinline__ void mma(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint64_t desc) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-            "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-    }
-};
-template <>
-struct Wgmma<64> {
-    static __device__ __forceinline__ void mma(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint64_t desc) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-            "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-    }
-};
-template <>
-struct Wgmma<32> {
-    static __device__ __forceinline__ void mma(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint64_t desc) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-            "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-    }
-};
-template <>
-struct Wgmma<16> {
-    static __device__ __forceinline__ void mma(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint64_t desc) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7"
-            "}, {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
-    }
-};
 
 // ---- the kernels ----------------------------------------------------------------------------------------------
 
@@ -569,12 +456,7 @@ __global__ void to_bf16_permuted_kernel(uint16_t* __restrict__ xb, const float* 
     const int ch = static_cast<int>(i % per_row), m = ch & 15;
     const float* row = in_rows ? in_rows[r] : x + r * k;
     const float* src = row + (ch >> 4) * kBK + kperm(8 * m);  // kperm(8 m + j) = kperm(8 m) + 32 (j / 2) + 4 (j % 2)
-    uint4 o;
-    o.x = mma::pack_bf16(__ldg(src), __ldg(src + 4));
-    o.y = mma::pack_bf16(__ldg(src + 32), __ldg(src + 36));
-    o.z = mma::pack_bf16(__ldg(src + 64), __ldg(src + 68));
-    o.w = mma::pack_bf16(__ldg(src + 96), __ldg(src + 100));
-    *reinterpret_cast<uint4*>(xb + r * k + 8 * ch) = o;
+    *reinterpret_cast<uint4*>(xb + r * k + 8 * ch) = bf16_chunk_of<4>(src);
 }
 static_assert(kperm(8 * 5 + 3) == kperm(8 * 5) + 32 + 4 && kperm(8 * 6 + 6) == kperm(8 * 6) + 96,
               "the 8 stored columns of a chunk are 8 real columns 32 (j / 2) + 4 (j % 2) past the first");
