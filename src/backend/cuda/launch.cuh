@@ -45,22 +45,30 @@ void allow_smem(Kernel kernel, int bytes, std::atomic<uint64_t>& configured) {
     configured.fetch_or(uint64_t{1} << (dev % 64));
 }
 
-// kernel<<<grid, threads, smem, stream>>>(params) with the grid's x dimension in clusters of cluster_x blocks.
-template <typename Kernel, typename Params>
-void launch_clustered(Kernel kernel, dim3 grid, int cluster_x, int threads, int smem, cudaStream_t stream,
-                      const Params& params) {
+// The configuration of a launch of grid x threads blocks with `smem` bytes of dynamic shared memory on `stream`, the
+// grid's x dimension in clusters of cluster_x blocks (attr: the cluster attribute's storage, alive while cfg is used).
+inline cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_x, int threads, int smem, cudaStream_t stream,
+                                         cudaLaunchAttribute& attr) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(threads);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster_x;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster_x;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
     cfg.numAttrs = 1;
+    return cfg;
+}
+
+// kernel<<<grid, threads, smem, stream>>>(params) with the grid's x dimension in clusters of cluster_x blocks.
+template <typename Kernel, typename Params>
+void launch_clustered(Kernel kernel, dim3 grid, int cluster_x, int threads, int smem, cudaStream_t stream,
+                      const Params& params) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_config(grid, cluster_x, threads, smem, stream, attr);
     DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
 }
 
