@@ -121,6 +121,13 @@ public:
         DI_CHECK(decode_mode == "wgmma" || decode_mode == "linear",
                  "DEEPINFER_CUDA_DECODE_EXPERTS must be wgmma or linear, not '", decode_mode, "'");
         decode_experts_wgmma_ = decode_mode == "wgmma";
+        // DEEPINFER_CUDA_DECODE_GEMV: the FP8 products that the tensor-core GEMV would take (2..32 rows) on the wgmma
+        // GEMV where it applies (wgmma, the default) or on the mma.sync one (tc).
+        const char* gemv = std::getenv("DEEPINFER_CUDA_DECODE_GEMV");
+        const std::string gemv_mode = gemv && *gemv ? gemv : "wgmma";
+        DI_CHECK(gemv_mode == "wgmma" || gemv_mode == "tc", "DEEPINFER_CUDA_DECODE_GEMV must be wgmma or tc, not '",
+                 gemv_mode, "'");
+        decode_gemv_wgmma_ = gemv_mode == "wgmma";
         DI_CUDA_CHECK(cudaSetDevice(device_));
         DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         main_lane_.device = device_;
@@ -262,21 +269,43 @@ public:
         // Decode rows: the projections of each weight kind share a launch.
         gemv_jobs(jobs, t);
     }
-    // Whether b goes to the same GEMV as a (the first job's weight) at t rows.
+    // Whether b goes to the same GEMV family as a (the first job's weight) at t rows: the fp32 GEMV, or the tensor-core
+    // GEMVs (mma.sync or wgmma: gemv_jobs() launches each run of consecutive jobs on its own kernel).
     bool same_gemv(int64_t t, const WeightDesc& a, const WeightDesc& b) const {
         return fp32_gemv(t, a) ? fp32_gemv(t, b) : tc_gemv(t, a) && tc_gemv(t, b);
     }
-    // Products that all take the fp32 GEMV or all the tensor-core one (same_gemv()), in shared launches.
+    // Products that all take the fp32 GEMV or all the tensor-core ones (same_gemv()), in shared launches: on the
+    // tensor cores each run of consecutive jobs of one kernel (wgmma_gemv() or not) shares launches.
     void gemv_jobs(const std::vector<cuda::GemvJob>& jobs, int64_t t) {
         if (jobs.empty()) return;
         if (tc_gemv(t, jobs[0].w)) {
-            const auto op = profiler_->scope(t <= 16 ? "matmul gemv tensor cores 2-16 rows"
-                                                     : "matmul gemv tensor cores 17-32 rows");
-            cuda::launch_gemv_tc_jobs(jobs.data(), static_cast<int>(jobs.size()), t, stream_);
+            for (size_t i = 0; i < jobs.size();) {
+                const bool wgmma = wgmma_gemv(t, jobs[i].w);
+                size_t end = i + 1;
+                while (end < jobs.size() && wgmma_gemv(t, jobs[end].w) == wgmma) ++end;
+                tc_gemv_launch(jobs.data() + i, static_cast<int>(end - i), t, wgmma, main_lane_);
+                i = end;
+            }
         } else {
             const auto op = profiler_->scope(t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
             cuda::launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), t, stream_);
         }
+    }
+    // The tensor-core GEMV's jobs on `lane`: the wgmma kernel (wgmma_gemv()) or the mma.sync one.
+    void tc_gemv_launch(const cuda::GemvJob* jobs, int count, int64_t t, bool wgmma, cuda::Lane& lane) {
+        if (wgmma) {
+            const auto op = scope(lane, "matmul gemv wgmma 2-32 rows");
+            cuda::launch_gemv_wgmma_jobs(jobs, count, t, lane.stream);
+        } else {
+            const auto op =
+                scope(lane, t <= 16 ? "matmul gemv tensor cores 2-16 rows" : "matmul gemv tensor cores 17-32 rows");
+            cuda::launch_gemv_tc_jobs(jobs, count, t, lane.stream);
+        }
+    }
+    // FP8 products of the tensor-core GEMV on the wgmma kernel (gemv_wgmma.cu) where it applies, unless
+    // DEEPINFER_CUDA_DECODE_GEMV=tc: the same numerics (bf16 activations and weights, fp32 sums) in another order.
+    bool wgmma_gemv(int64_t rows, const WeightDesc& d) const {
+        return decode_gemv_wgmma_ && tc_gemv(rows, d) && cuda::gemv_wgmma_applies(rows, d);
     }
     // 2..32 rows go to the tensor-core GEMV where the GEMM mode computes from bf16 inputs anyway; one row stays
     // on the fp32 GEMV (memory-bound either way, and exact). Batch-invariant mode takes neither (see matmul()).
@@ -301,21 +330,20 @@ public:
     bool fp32_gemv(int64_t rows, const WeightDesc& d) const {
         return !batch_invariant_ && !tc_gemv(rows, d) && !wide_bf16_on_cublas(rows, d) && cuda::gemv_applies(rows, d);
     }
-    // Few rows: the weight-streaming GEMVs (tc_gemv(), fp32_gemv()); else, by DEEPINFER_CUDA_GEMM, cuBLAS (from
-    // kCublasMinRows rows in auto mode, where dequantizing the weight to bf16 first pays off, and for wide BF16
-    // weights from 2 rows: wide_bf16_on_cublas()), our tensor-core kernel or the exact fp32 tiled
-    // kernel. Batch-invariant mode keeps one kernel for every row count, so that a row's result never depends on
-    // how many rows share the step: the tensor-core kernel without split-K (its per-output reduction order then
-    // depends only on K) in every mode but tiled (likewise), since cuBLAS picks its algorithm per shape.
+    // Few rows: the weight-streaming GEMVs (tc_gemv(), its FP8 products on wgmma: wgmma_gemv(); fp32_gemv()); else,
+    // by DEEPINFER_CUDA_GEMM, cuBLAS (from kCublasMinRows rows in auto mode, where dequantizing the weight to bf16
+    // first pays off, and for wide BF16 weights from 2 rows: wide_bf16_on_cublas()), our tensor-core kernel or the
+    // exact fp32 tiled kernel. Batch-invariant mode keeps one kernel for every row count, so that a row's result
+    // never depends on how many rows share the step: the tensor-core kernel without split-K (its per-output reduction
+    // order then depends only on K) in every mode but tiled (likewise), since cuBLAS picks its algorithm per shape.
     // The kernels go to `lane`: the kernel choice, and so the result, does not depend on it.
     void matmul(cuda::Lane& lane, float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows,
                 const WeightDesc& d, int64_t w_row0, int64_t n_out) {
         const bool cublas = !batch_invariant_ && (gemm_mode_ == GemmMode::kCublas || wide_bf16_on_cublas(rows, d) ||
                                                   (gemm_mode_ == GemmMode::kAuto && rows >= cuda::kCublasMinRows));
         if (tc_gemv(rows, d)) {
-            const auto op = scope(lane, rows <= 16 ? "matmul gemv tensor cores 2-16 rows"
-                                                   : "matmul gemv tensor cores 17-32 rows");
-            cuda::launch_gemv_tc(out, ldc, x, lda, rows, d, w_row0, n_out, lane.stream);
+            const cuda::GemvJob job{out, ldc, x, lda, d, w_row0, n_out};
+            tc_gemv_launch(&job, 1, rows, wgmma_gemv(rows, d), lane);
         } else if (fp32_gemv(rows, d)) {
             const auto op = scope(lane, rows == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
             cuda::launch_gemv(out, ldc, x, lda, rows, d, w_row0, n_out, lane.stream);
@@ -780,6 +808,7 @@ private:
     std::unordered_map<const LinearWeight*, ExpertTable> expert_tables_;
     uint64_t table_versions_ = 0;       // ExpertTable::version's last number
     bool decode_experts_wgmma_ = true;  // DEEPINFER_CUDA_DECODE_EXPERTS
+    bool decode_gemv_wgmma_ = true;     // DEEPINFER_CUDA_DECODE_GEMV
     std::unordered_map<const LinearWeight*, WgmmaTable> wgmma_tables_;
 };
 
