@@ -1,0 +1,387 @@
+// The decode GEMV on Hopper wgmma for FP8 weights (backend/cuda/gemv_wgmma.cu) at 2..32 rows, outputs poisoned with
+// NaN, against
+//  - the CPU backend within kBf16Bound (3e-2), the tolerance table's bound for products from bf16 activations;
+//  - the CPU product of the same bf16-rounded activations within kSameInputsBound (1e-4) for E8M0 scales (the weights
+//    are then exact in bf16 and only the fp32 summation order differs: a wrong k permutation, swizzle, scale, tile,
+//    split or fragment moves outputs by 1e-2 or more);
+//  - the mma.sync GEMV (launch_gemv_tc_jobs, the same numerics for every scale kind: bf16(fp8 * scale) weights, also
+//    for f32 scales that are not powers of two) within kSameInputsBound;
+//  - itself: a second run bitwise equal (split-K partials summed in a fixed order).
+// Shapes: V4-Flash's wq_a, wkv, wq_b, wo_b and wo_a (8 groups with strided x and outputs), odd ones (features not a
+// multiple of 64, K of one and three 128-blocks), several products of different inputs, weight row offsets and
+// output columns in one launch. Also the backend's switch (DEEPINFER_CUDA_DECODE_GEMV, the profile naming the kernel
+// that ran, batch-invariant and tiled modes never taking it) and gemv_wgmma_applies. Without a compute capability 9.0
+// device the wgmma checks are skipped (and applies() must say no).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/gemv_wgmma.h"
+#include "core/dtype.h"
+#include "cuda_test_support.h"
+#include "deepinfer/error.h"
+#include "support/npy_compare.h"
+
+namespace deepinfer {
+namespace {
+
+using cuda::DecodeGemv;
+using cuda::GemvProduct;
+using testing_support::HostWeight;
+using testing_support::kBf16Bound;
+using testing_support::kSameInputsBound;
+using testing_support::rel_error;
+
+// Block scales of the FP8 weights: E8M0 2^-7 .. 2^0; E8M0 with about one block in four at 2^8 .. 2^10 (the decode's
+// conversion path, still exact); f32 (1 + u) 2^-8 with a random mantissa (bf16(fp8 * scale) rounds).
+enum class Scales { kE8m0, kE8m0Large, kF32 };
+
+// One product of a launch: rows w_row0 .. + n_out of weight `weight`, over columns x_col .. x_col + K of input `input`,
+// into columns out_col .. of the launch's output.
+struct Product {
+    int weight;
+    int64_t w_row0, n_out;
+    int input;
+    int64_t x_col, out_col;
+};
+
+class CudaGemvWgmma : public testing_support::CudaCompare {
+public:
+    CudaGemvWgmma() : CudaCompare("auto") {}
+
+protected:
+    // FP8 e4m3 [n, k] with 128 x 128 block scales; random codes but the NaN ones, drawn 8 bytes at a time.
+    HostWeight fp8_weight(int64_t n, int64_t k, Scales scales) {
+        bits_.seed(rng_());
+        HostWeight h;
+        h.data.resize(n * k);
+        for (size_t j = 0; j < h.data.size(); j += 8) {
+            uint64_t b = bits_();
+            for (size_t i = j; i < j + 8 && i < h.data.size(); ++i, b >>= 8) {
+                const uint8_t c = static_cast<uint8_t>(b);
+                h.data[i] = (c & 0x7f) == 0x7f ? c ^ 1 : c;
+            }
+        }
+        const int64_t sr = (n + 127) / 128, sc = (k + 127) / 128;
+        h.w.rows = n;
+        h.w.cols = k;
+        h.w.name = "fp8";
+        h.w.format = WeightFormat::kFp8Block;
+        h.w.block_rows = h.w.block_cols = 128;
+        h.w.data = TensorView(h.data.data(), DType::kF8E4M3, Shape{n, k});
+        if (scales == Scales::kF32) {
+            h.scale.resize(sr * sc * 4);
+            std::uniform_real_distribution<float> u(1.0f, 2.0f);
+            for (int64_t i = 0; i < sr * sc; ++i) {
+                const float s = std::ldexp(u(bits_), -8);
+                std::memcpy(h.scale.data() + 4 * i, &s, 4);
+            }
+            h.w.scale = TensorView(h.scale.data(), DType::kF32, Shape{sr, sc});
+        } else {
+            h.scale.resize(sr * sc);
+            for (uint8_t& s : h.scale) {
+                const uint64_t b = bits_();
+                s = static_cast<uint8_t>(scales == Scales::kE8m0Large && b % 4 == 0 ? 135 + (b >> 8) % 3 : 120 + b % 8);
+            }
+            h.w.scale = TensorView(h.scale.data(), DType::kE8M0, Shape{sr, sc});
+        }
+        return h;
+    }
+    bool wgmma_device() const { return cuda::gemv_wgmma_device(); }
+    // Rows row0 .. row0 + n of a host FP8 weight (row0 a multiple of its 128-row scale blocks) as a weight of its own.
+    static LinearWeight weight_rows(const LinearWeight& w, int64_t row0, int64_t n) {
+        LinearWeight s = w;
+        const int64_t sc = w.scale.dim(1), es = w.scale.dtype() == DType::kF32 ? 4 : 1;
+        s.rows = n;
+        s.data = TensorView(static_cast<uint8_t*>(w.data.data()) + row0 * w.cols, w.data.dtype(), Shape{n, w.cols});
+        s.scale = TensorView(static_cast<uint8_t*>(w.scale.data()) + row0 / 128 * sc * es, w.scale.dtype(),
+                             Shape{(n + 127) / 128, sc});
+        return s;
+    }
+
+    // The products of one launch at `rows` rows (inputs [rows, lda], output [rows, ldc]) on the wgmma kernel (twice)
+    // and the mma.sync one, against the CPU (products of the whole weights, their rows w_row0 .. picked; with
+    // bf16-rounded activations too where the weights are exact in bf16).
+    void check(const std::vector<HostWeight>& hw, const std::vector<LinearWeight>& dw,
+               const std::vector<Product>& prods, int inputs, int64_t rows, int64_t lda, int64_t ldc,
+               const std::string& what) {
+        const int64_t k = hw[prods[0].weight].w.cols;
+        std::vector<std::vector<float>> xs;
+        std::vector<Tensor> xd;
+        for (int i = 0; i < inputs; ++i) {
+            xs.push_back(randn(rows * lda));
+            xd.push_back(device(host(xs.back(), Shape{rows, lda})));
+        }
+        auto run = [&](DecodeGemv kernel) {
+            Tensor out = poisoned(Shape{rows, ldc});
+            std::vector<GemvProduct> gp;
+            for (const Product& p : prods)
+                gp.push_back(
+                    {out.f32() + p.out_col, ldc, xd[p.input].f32() + p.x_col, lda, &dw[p.weight], p.w_row0, p.n_out});
+            gpu_->synchronize();  // the uploads (on the backend's non-blocking stream) land first
+            cuda::run_decode_gemv_sync(kernel, gp, rows);
+            return fetch(out);
+        };
+        const std::vector<float> got = run(DecodeGemv::kWgmma), again = run(DecodeGemv::kWgmma);
+        const std::vector<float> tc = run(DecodeGemv::kTc);
+        // The references at the products' columns; every other output column must stay NaN.
+        std::vector<float> ref, ref16, g, t;
+        std::vector<bool> written(ldc, false);
+        bool exact = true;
+        for (const Product& p : prods) {
+            const HostWeight& w = hw[p.weight];
+            exact = exact && w.w.scale.dtype() == DType::kE8M0;
+            std::vector<float> x(rows * k), x16(rows * k);
+            for (int64_t r = 0; r < rows; ++r) {
+                for (int64_t c = 0; c < k; ++c) {
+                    x[r * k + c] = xs[p.input][r * lda + p.x_col + c];
+                    x16[r * k + c] = round_to_bf16(x[r * k + c]);
+                }
+            }
+            // The CPU's product over the weight rows from the last scale block boundary at or before w_row0.
+            const int64_t row0 = p.w_row0 / 128 * 128, nr = p.w_row0 + p.n_out - row0;
+            const LinearWeight sub = weight_rows(w.w, row0, nr);
+            Tensor full = Tensor::f32(Shape{rows, nr}), full16 = Tensor::f32(Shape{rows, nr});
+            cpu_->linear(full, host(x, Shape{rows, k}), sub);
+            cpu_->linear(full16, host(x16, Shape{rows, k}), sub);
+            for (int64_t r = 0; r < rows; ++r) {
+                for (int64_t n = 0; n < p.n_out; ++n) {
+                    ref.push_back(full.f32()[r * nr + p.w_row0 - row0 + n]);
+                    ref16.push_back(full16.f32()[r * nr + p.w_row0 - row0 + n]);
+                    g.push_back(got[r * ldc + p.out_col + n]);
+                    t.push_back(tc[r * ldc + p.out_col + n]);
+                }
+            }
+            for (int64_t n = 0; n < p.n_out; ++n) written[p.out_col + n] = true;
+        }
+        const std::string at = what + ", " + std::to_string(rows) + " rows";
+        EXPECT_LE(rel_error(g, ref), kBf16Bound) << at << ": against the CPU";
+        if (exact) {
+            EXPECT_LE(rel_error(g, ref16), kSameInputsBound) << at << ": against the CPU on bf16 inputs";
+        }
+        EXPECT_LE(rel_error(g, t), kSameInputsBound) << at << ": against the mma.sync GEMV";
+        EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * 4), 0) << at << ": a second run";
+        int64_t stray = 0;
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < ldc; ++c) stray += !written[c] && !std::isnan(got[r * ldc + c]);
+        EXPECT_EQ(stray, 0) << at << ": outputs written outside the products' columns";
+    }
+    // One weight as one plain product, at each row count.
+    void check_linear(const HostWeight& hw, const std::vector<int64_t>& row_counts, const std::string& what) {
+        const std::vector<HostWeight> w(1, hw);
+        const std::vector<LinearWeight> d(1, to_backend(*gpu_, hw.w, &storage_));
+        for (int64_t rows : row_counts) check(w, d, {{0, 0, hw.w.rows, 0, 0, 0}}, 1, rows, hw.w.cols, hw.w.rows, what);
+    }
+
+    std::mt19937_64 bits_;
+};
+
+std::vector<int64_t> every_row_count() {
+    std::vector<int64_t> r;
+    for (int64_t t = 2; t <= 32; ++t) r.push_back(t);
+    return r;
+}
+const std::vector<int64_t> kSampleRows = {2, 8, 9, 16, 17, 31, 32};
+
+// V4-Flash's single projections with E8M0 scales (the release format): wq_a and wkv (128-row tiles, K split over
+// clusters of 8), wq_b (K = 1024: persistent CTAs over 128 tiles of 256 rows, no split), wo_b (K = 8192 split 8 ways).
+TEST_F(CudaGemvWgmma, ModelShapes) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    struct Shape2 {
+        const char* name;
+        int64_t n, k;
+    };
+    for (const Shape2 s : {Shape2{"wq_a", 1024, 4096}, Shape2{"wkv", 512, 4096}, Shape2{"wq_b", 32768, 1024},
+                           Shape2{"wo_b", 4096, 8192}})
+        check_linear(fp8_weight(s.n, s.k, Scales::kE8m0), kSampleRows, s.name);
+}
+
+// wo_a: 8 groups of 1024 x 4096, group g reading x columns 4096 g .. (lda 32768) and writing output columns 1024 g ..
+// (ldc 8192) from weight rows 1024 g .., in one launch; then the backend's grouped_linear (the wgmma kernel by default)
+// against the CPU's.
+TEST_F(CudaGemvWgmma, GroupedWoA) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    const int64_t groups = 8, r = 1024, k = 4096;
+    const std::vector<HostWeight> hw(1, fp8_weight(groups * r, k, Scales::kE8m0));
+    const std::vector<LinearWeight> dw(1, to_backend(*gpu_, hw[0].w, &storage_));
+    std::vector<Product> prods;
+    for (int64_t g = 0; g < groups; ++g) prods.push_back({0, g * r, r, 0, g * k, g * r});
+    for (int64_t rows : {2, 9, 17, 32}) check(hw, dw, prods, 1, rows, groups * k, groups * r, "wo_a grouped");
+    for (int64_t rows : {5, 32}) {
+        const std::vector<float> xv = randn(rows * groups * k);
+        Tensor x = host(xv, Shape{rows, groups * k}), xd = device(x);
+        Tensor out = poisoned(Shape{rows, groups * r}), ref = Tensor::f32(Shape{rows, groups * r});
+        gpu_->grouped_linear(out, xd, dw[0], static_cast<int>(groups));
+        cpu_->grouped_linear(ref, x, hw[0].w, static_cast<int>(groups));
+        EXPECT_LE(rel_error(fetch(out), values(ref)), kBf16Bound) << "grouped_linear, " << rows << " rows";
+    }
+}
+
+// Every row count 2..32 with each scale kind: E8M0, E8M0 with large scales (warps on the conversion path), f32 (the
+// conversion path throughout, rounding); the two tile heights (wq_a-like: 128-row tiles; 2048 x 1024: 256-row ones).
+TEST_F(CudaGemvWgmma, ScaleKindsEveryRowCount) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    for (Scales s : {Scales::kE8m0, Scales::kE8m0Large, Scales::kF32}) {
+        const std::string kind = s == Scales::kE8m0 ? "e8m0" : s == Scales::kF32 ? "f32 scales" : "large e8m0";
+        check_linear(fp8_weight(1024, 4096, s), every_row_count(), "1024 x 4096, " + kind);
+        check_linear(fp8_weight(2048, 1024, s), kSampleRows, "2048 x 1024, " + kind);
+    }
+}
+
+// Features not a multiple of 64 (77, 200, 1), K of one 128-block (one stage, no split) and of three (splits of
+// unequal length), more tiles than SMs without a split (on 132 SMs: 40000 x 128 in 313 tiles of 128 rows, the k
+// halves' buffer reused from tile to tile; 65536 x 1024 in 256 tiles of 256 rows), the last tile partial.
+TEST_F(CudaGemvWgmma, OddShapes) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    struct Shape2 {
+        int64_t n, k;
+    };
+    for (const Shape2 s : {Shape2{77, 4096}, Shape2{200, 384}, Shape2{300, 128}, Shape2{1, 256}, Shape2{40000, 128}}) {
+        const std::string what = std::to_string(s.n) + " x " + std::to_string(s.k);
+        check_linear(fp8_weight(s.n, s.k, Scales::kE8m0), every_row_count(), what);
+        check_linear(fp8_weight(s.n, s.k, Scales::kF32), {3, 24}, what + ", f32 scales");
+    }
+    check_linear(fp8_weight(65536 + 100, 1024, Scales::kE8m0), {2, 17, 32}, "65636 x 1024");
+}
+
+// Several products in one launch: two inputs (x columns at an offset, lda > K), weight row offsets that are not
+// multiples of 16 or 128 (a warp's rows straddle scale blocks), outputs at column offsets with gaps between them (which
+// stay NaN); then 11 products (more than one launch holds).
+TEST_F(CudaGemvWgmma, SeveralProductsInOneLaunch) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    const int64_t k = 512;
+    for (Scales s : {Scales::kE8m0, Scales::kF32}) {
+        std::vector<HostWeight> hw;
+        for (int64_t n : {700, 256, 1000}) hw.push_back(fp8_weight(n, k, s));
+        std::vector<LinearWeight> dw;
+        for (const HostWeight& h : hw) dw.push_back(to_backend(*gpu_, h.w, &storage_));
+        const std::vector<Product> four = {
+            {0, 40, 600, 0, 0, 0}, {1, 0, 256, 1, 100, 610}, {2, 200, 77, 0, 0, 900}, {2, 513, 300, 1, 37, 1000}};
+        for (int64_t rows : kSampleRows) check(hw, dw, four, 2, rows, k + 100, 1310, "four products");
+        std::vector<Product> many;
+        for (int i = 0; i < 11; ++i) many.push_back({i % 3, 8 * i, 100 + 3 * i, i % 2, 8 * i, 200 * i});
+        for (int64_t rows : {4, 32}) check(hw, dw, many, 2, rows, k + 100, 2200, "11 products");
+    }
+}
+
+// DEEPINFER_CUDA_DECODE_GEMV: wgmma (the default) runs the wgmma GEMV for FP8 products of 2..32 rows (bitwise what
+// run_decode_gemv_sync gives), tc the mma.sync one (likewise); the two agree; the profile names the kernel that ran;
+// linears with FP8 and BF16 projections take both; batch-invariant and tiled modes take neither; a bad value is
+// refused.
+TEST_F(CudaGemvWgmma, BackendSwitch) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    const HostWeight hw = fp8_weight(1024, 4096, Scales::kE8m0);
+    const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+    const int64_t rows = 8;
+    const std::vector<float> xv = randn(rows * 4096);
+    Tensor x = host(xv, Shape{rows, 4096}), xd = device(x);
+    gpu_->synchronize();  // the other backends read x and the weights on their own streams
+    auto direct = [&](DecodeGemv kernel) {
+        Tensor out = poisoned(Shape{rows, 1024});
+        gpu_->synchronize();
+        cuda::run_decode_gemv_sync(kernel, {{out.f32(), 1024, xd.f32(), 4096, &dw, 0, 1024}}, rows);
+        return fetch(out);
+    };
+    setenv("DEEPINFER_CUDA_PROFILE", "1", 1);
+    setenv("DEEPINFER_CUDA_DECODE_GEMV", "tc", 1);
+    const std::unique_ptr<Backend> tc = create_backend("cuda", 2);
+    unsetenv("DEEPINFER_CUDA_DECODE_GEMV");
+    const std::unique_ptr<Backend> wg = create_backend("cuda", 2);
+    unsetenv("DEEPINFER_CUDA_PROFILE");
+    auto linear = [&](Backend& b) {
+        Tensor out = b.alloc(DType::kF32, Shape{rows, 1024});
+        b.take_profile();
+        b.linear(out, xd, dw);
+        std::vector<float> v(rows * 1024);
+        b.download(v.data(), out);
+        return v;
+    };
+    const std::vector<float> by_tc = linear(*tc), by_wg = linear(*wg);
+    const std::string tc_profile = tc->take_profile(), wg_profile = wg->take_profile();
+    EXPECT_EQ(by_tc, direct(DecodeGemv::kTc)) << "DEEPINFER_CUDA_DECODE_GEMV=tc";
+    EXPECT_EQ(by_wg, direct(DecodeGemv::kWgmma)) << "the default";
+    EXPECT_LE(rel_error(by_wg, by_tc), kSameInputsBound);
+    EXPECT_NE(tc_profile.find("matmul gemv tensor cores 2-16 rows"), std::string::npos) << tc_profile;
+    EXPECT_EQ(tc_profile.find("matmul gemv wgmma"), std::string::npos) << tc_profile;
+    EXPECT_NE(wg_profile.find("matmul gemv wgmma 2-32 rows"), std::string::npos) << wg_profile;
+    EXPECT_EQ(wg_profile.find("matmul gemv tensor cores"), std::string::npos) << wg_profile;
+
+    // linears: FP8, FP8, BF16, FP8 of one input: the first two share a wgmma launch, BF16 takes the mma.sync GEMV.
+    const HostWeight f2 = fp8_weight(512, 4096, Scales::kE8m0), f3 = fp8_weight(96, 4096, Scales::kF32);
+    const HostWeight b16 = testing_support::make_weight(rng_, 1, 64, 4096);
+    const std::vector<const HostWeight*> hws = {&hw, &f2, &b16, &f3};
+    std::vector<LinearWeight> dws = {dw};
+    for (size_t i = 1; i < hws.size(); ++i) dws.push_back(to_backend(*gpu_, hws[i]->w, &storage_));
+    gpu_->synchronize();
+    std::vector<Tensor> outs, refs;
+    std::vector<Backend::Projection> gp, cp;
+    for (size_t i = 0; i < hws.size(); ++i) {
+        outs.push_back(wg->alloc(DType::kF32, Shape{rows, hws[i]->w.rows}));
+        refs.push_back(Tensor::f32(Shape{rows, hws[i]->w.rows}));
+    }
+    for (size_t i = 0; i < hws.size(); ++i) {
+        gp.push_back({outs[i], &dws[i]});
+        cp.push_back({refs[i], &hws[i]->w});
+    }
+    wg->take_profile();
+    wg->linears(xd, gp);
+    cpu_->linears(x, cp);
+    const std::string mixed = wg->take_profile();
+    for (size_t i = 0; i < hws.size(); ++i) {
+        std::vector<float> v(outs[i].numel());
+        wg->download(v.data(), outs[i]);
+        EXPECT_LE(rel_error(v, values(refs[i])), kBf16Bound) << "linears, projection " << i;
+    }
+    EXPECT_NE(mixed.find("matmul gemv wgmma 2-32 rows"), std::string::npos) << mixed;
+    EXPECT_NE(mixed.find("matmul gemv tensor cores 2-16 rows"), std::string::npos) << mixed;
+
+    // Batch-invariant mode keeps the tensor-core GEMM for every row count; tiled mode the fp32 GEMV.
+    wg->set_batch_invariant(true);
+    linear(*wg);
+    const std::string invariant = wg->take_profile();
+    wg->set_batch_invariant(false);
+    EXPECT_EQ(invariant.find("matmul gemv"), std::string::npos) << invariant;
+    setenv("DEEPINFER_CUDA_PROFILE", "1", 1);
+    setenv("DEEPINFER_CUDA_GEMM", "tiled", 1);
+    const std::unique_ptr<Backend> tiled = create_backend("cuda", 2);
+    unsetenv("DEEPINFER_CUDA_PROFILE");
+    setenv("DEEPINFER_CUDA_GEMM", gemm_, 1);
+    linear(*tiled);
+    const std::string tiled_profile = tiled->take_profile();
+    EXPECT_EQ(tiled_profile.find("wgmma"), std::string::npos) << tiled_profile;
+    EXPECT_NE(tiled_profile.find("matmul gemv 2-8 rows"), std::string::npos) << tiled_profile;
+
+    setenv("DEEPINFER_CUDA_DECODE_GEMV", "mma", 1);
+    EXPECT_THROW(create_backend("cuda", 2), Error);
+    unsetenv("DEEPINFER_CUDA_DECODE_GEMV");
+}
+
+// gemv_wgmma_applies: FP8 with 128 x 128 scales (E8M0 or f32) and K a multiple of 128 at 2..32 rows on a compute
+// capability 9.0 device; not FP4, BF16, FP8 with 32 x 32 scales, K = 192 (one and a half scale blocks), 1 or 33 rows.
+TEST_F(CudaGemvWgmma, AppliesPredicate) {
+    const bool hopper = wgmma_device();
+    const HostWeight e8m0 = fp8_weight(200, 256, Scales::kE8m0), f32 = fp8_weight(200, 256, Scales::kF32);
+    for (const HostWeight* h : {&e8m0, &f32}) {
+        const LinearWeight d = to_backend(*gpu_, h->w, &storage_);
+        for (int64_t rows : {2, 9, 32}) EXPECT_EQ(cuda::gemv_wgmma_applies(rows, d), hopper) << rows << " rows";
+        for (int64_t rows : {0, 1, 33, 64}) EXPECT_FALSE(cuda::gemv_wgmma_applies(rows, d)) << rows << " rows";
+    }
+    struct Kind {
+        int format;  // make_weight's
+        int64_t k;
+    };
+    for (const Kind kd : {Kind{4, 256}, Kind{1, 256}, Kind{0, 256}, Kind{2, 256}, Kind{6, 192}, Kind{3, 192}}) {
+        const HostWeight h = testing_support::make_weight(rng_, kd.format, 128, kd.k);
+        const LinearWeight d = to_backend(*gpu_, h.w, &storage_);
+        for (int64_t rows : {2, 8, 32})
+            EXPECT_FALSE(cuda::gemv_wgmma_applies(rows, d)) << "format " << kd.format << ", k " << kd.k;
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
