@@ -1,7 +1,9 @@
 // GEMV micro-benchmark: the decode products of DeepSeek-V4-Flash on the fp32 GEMV (1 and 8 activation rows) and
 // the tensor-core GEMV (8, 16 and 32 rows), timed with CUDA events over many launches that rotate through enough
 // weight copies to miss the L2 cache. Prints us per call, GB/s of weight + scale bytes and the share of
-// --bandwidth-gbs, and at 8 rows the relative difference of the two GEMVs' outputs.
+// --bandwidth-gbs, and at 8 rows the relative difference of the two GEMVs' outputs. FP8 weights with 128 x 128 scale
+// blocks also take the wgmma GEMV (8, 16 and 32 rows, on a compute capability 9.0 device), printed with its output's
+// relative difference from the tensor-core GEMV's and the tensor-core GEMV's time over its own.
 // Then the routed experts (expert_linear over 256 FP4 experts, top-6 of each token) at 1, 8, 32 and 128 tokens,
 // rotating through 8 random routings so that consecutive calls touch different experts; GB/s counts the weight +
 // scale bytes of the distinct experts a call touches. Both kernels of launch_expert_linear are timed: fp32 FMAs
@@ -372,27 +374,36 @@ int main(int argc, char** argv) {
         {"wo_b", 4096, 8192, 1, 0, 0, 1},         {"wo_a (8 groups)", 8192, 4096, 1, 0, 0, 8},
         {"head", 129280, 4096, 0, 1, 0, 1},       {"router gate", 256, 4096, 0, 1, 0, 1},
     };
-    float *x = nullptr, *out_tc = nullptr, *out_fp32 = nullptr;
+    float *x = nullptr, *out_tc = nullptr, *out_fp32 = nullptr, *out_wgmma = nullptr;
     const int64_t max_x = 32 * 8 * 4096, max_out = 32 * 129280;
     CHECK(cudaMalloc(&x, max_x * 4));
     CHECK(cudaMalloc(&out_tc, max_out * 4));
     CHECK(cudaMalloc(&out_fp32, max_out * 4));
+    CHECK(cudaMalloc(&out_wgmma, max_out * 4));
     fill_device(x, max_x * 4, 0, 7);
 
     auto fp32_kernel = [](float* o, int64_t ldc, const float* xx, int64_t lda, int rows, const WeightDesc& d,
                           int64_t row0, int64_t n) { launch_gemv(o, ldc, xx, lda, rows, d, row0, n, nullptr); };
     // The tensor-core GEMV with the groups sharing one launch, as the backend runs it.
-    auto tc_call = [&](const Case& c, const WeightDesc& d, int rows) {
+    // The tensor-core GEMVs (mma.sync or wgmma) with the groups sharing one launch, as the backend runs them.
+    auto jobs_of = [&](const Case& c, const WeightDesc& d, float* out) {
         const int64_t r = c.n / c.groups;
         std::vector<GemvJob> jobs;
-        for (int g = 0; g < c.groups; ++g)
-            jobs.push_back({out_tc + g * r, c.n, x + g * c.k, c.groups * c.k, d, g * r, r});
+        for (int g = 0; g < c.groups; ++g) jobs.push_back({out + g * r, c.n, x + g * c.k, c.groups * c.k, d, g * r, r});
+        return jobs;
+    };
+    auto tc_call = [&](const Case& c, const WeightDesc& d, int rows) {
+        const std::vector<GemvJob> jobs = jobs_of(c, d, out_tc);
         launch_gemv_tc_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
+    };
+    auto wgmma_call = [&](const Case& c, const WeightDesc& d, int rows) {
+        const std::vector<GemvJob> jobs = jobs_of(c, d, out_wgmma);
+        launch_gemv_wgmma_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
     };
 
     if (gemv)
         std::printf("%-18s %-9s %-14s %4s %-6s %10s %8s %7s %9s\n", "shape", "dtype", "[n x k]", "rows", "gemv",
-                    "us/call", "GB/s", "% bw", "vs fp32");
+                    "us/call", "GB/s", "% bw", "vs fp32/tc");
     for (const Case& c : gemv ? cases : std::vector<Case>{}) {
         // Enough copies (>= 256 MB) that every launch reads its weights from HBM, not from the 50 MB L2.
         std::vector<Matrix> copies(1, make_matrix(c, 1));
@@ -413,16 +424,34 @@ int main(int argc, char** argv) {
             print(rows, "fp32", time_us(c, copies, out_fp32, x, rows, iters, fp32_kernel));
             std::printf("\n");
         }
+        double tc_us[33] = {};
         for (int rows : {8, 16, 32}) {
             if (!gemv_tc_applies(rows, copies[0].d)) continue;
             auto call = [&](int i) { tc_call(c, copies[i % copies.size()].d, rows); };
             for (int i = 0; i < 10; ++i) call(i);
-            print(rows, "tc", deepinfer::bench::mean_call_us(iters, call));
+            tc_us[rows] = deepinfer::bench::mean_call_us(iters, call);
+            print(rows, "tc", tc_us[rows]);
             if (rows == 8 && gemv_applies(rows, copies[0].d)) {
                 const int64_t n_out = rows * c.n;
                 run_case(c, copies[0].d, out_fp32, x, rows, fp32_kernel);
                 tc_call(c, copies[0].d, rows);
                 std::printf(" %9.1e", rel_diff(out_tc, out_fp32, n_out));
+            }
+            std::printf("\n");
+        }
+        // The wgmma GEMV (FP8, 128 x 128 scales), with its output's relative difference from the tensor-core GEMV's
+        // (bf16 inputs both, another fp32 summation order: ~1e-6 expected) and the tensor-core GEMV's time over its
+        // own.
+        for (int rows : {8, 16, 32}) {
+            if (!gemv_wgmma_applies(rows, copies[0].d)) continue;
+            auto call = [&](int i) { wgmma_call(c, copies[i % copies.size()].d, rows); };
+            for (int i = 0; i < 10; ++i) call(i);
+            const double us = deepinfer::bench::mean_call_us(iters, call);
+            print(rows, "wgmma", us);
+            if (tc_us[rows] > 0) {
+                tc_call(c, copies[0].d, rows);
+                wgmma_call(c, copies[0].d, rows);
+                std::printf(" %9.1e %6.2fx", rel_diff(out_wgmma, out_tc, rows * c.n), tc_us[rows] / us);
             }
             std::printf("\n");
         }
@@ -444,6 +473,7 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(x));
     CHECK(cudaFree(out_tc));
     CHECK(cudaFree(out_fp32));
+    CHECK(cudaFree(out_wgmma));
     if (experts) {
         // The MoE block's calls: w1 and w3 (each token's row for its 6 slots), w2 (each slot its own row).
         std::printf("\n%-18s %-14s %4s %5s %6s %9s %7s %6s %9s %7s %6s %8s %9s\n", "routed experts (fp4)", "[n x k]",
