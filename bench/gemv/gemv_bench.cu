@@ -249,14 +249,19 @@ void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, dou
     }
 }
 
-// The routed FFN of `tokens` tokens (kTopK slots each) over kExperts experts of w1, w3 [inter x d] and w2 [d x inter]:
-// the default sequence, then the fused kernels, each over kRoutings routings in turn.
-void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
-    // The backend keeps freed blocks in the stream-ordered pool; so does this process, as both paths take scratch.
+// The backend keeps freed blocks in the stream-ordered pool; so does this process, as the wgmma GEMV and both
+// routed FFN paths take scratch.
+void keep_freed_blocks() {
     cudaMemPool_t pool;
     CHECK(cudaDeviceGetDefaultMemPool(&pool, 0));
     uint64_t threshold = UINT64_MAX;
     CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+}
+
+// The routed FFN of `tokens` tokens (kTopK slots each) over kExperts experts of w1, w3 [inter x d] and w2 [d x inter]:
+// the default sequence, then the fused kernels, each over kRoutings routings in turn.
+void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
+    keep_freed_blocks();
     const Case up{"w1/w3", inter, d, 2, 0, 0, 1}, down{"w2", d, inter, 2, 0, 0, 1};
     std::vector<Matrix> mats;
     std::vector<WeightDesc> t1, t3, t2;
@@ -374,6 +379,7 @@ int main(int argc, char** argv) {
         {"wo_b", 4096, 8192, 1, 0, 0, 1},         {"wo_a (8 groups)", 8192, 4096, 1, 0, 0, 8},
         {"head", 129280, 4096, 0, 1, 0, 1},       {"router gate", 256, 4096, 0, 1, 0, 1},
     };
+    keep_freed_blocks();
     float *x = nullptr, *out_tc = nullptr, *out_fp32 = nullptr, *out_wgmma = nullptr;
     const int64_t max_x = 32 * 8 * 4096, max_out = 32 * 129280;
     CHECK(cudaMalloc(&x, max_x * 4));
