@@ -299,6 +299,18 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// The shared::cluster address of `addr` (this CTA's shared memory) in cluster rank `rank`'s, and a load from one.
+__device__ __forceinline__ uint32_t map_rank(uint32_t addr, int rank) {
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+__device__ __forceinline__ float ld_cluster(uint32_t addr) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(addr));
+    return v;
+}
+
 // The job of launch tile `tile` (tiles laid end to end in job order).
 __device__ __forceinline__ const WgJob& job_of(const WgParams& p, int tile) {
     int j = 0;
@@ -446,6 +458,7 @@ __device__ __forceinline__ void consume(const WgParams& p, uint8_t* ring_ptr, ui
         // with it, then the cluster's ranks sum them in rank order, rank r taking elements r * 512 .. of every 512 * S.
         named_sync(kBarDrained, kConsumerThreads);
         float* part = reinterpret_cast<float*>(ring_ptr);
+        const uint32_t part_addr = mma::smem_addr(part);
         acc_to_smem<G>(part + lp.q * G::kN * G::kRedStride, lp, acc);
         cg::cluster_group cluster = cg::this_cluster();
         cluster.sync();
@@ -454,11 +467,25 @@ __device__ __forceinline__ void consume(const WgParams& p, uint8_t* ring_ptr, ui
              e += kConsumerThreads * splits) {
             const int t = e / G::kTileRows, fl = e % G::kTileRows;
             if (f0 + fl >= job.n_out) continue;
+            // The ranks' partials loaded 4 ranks at a time (one remote latency per 4, not per rank), added in rank
+            // order.
+            const uint32_t at = part_addr + 4u * static_cast<uint32_t>(t * G::kRedStride + fl);
             float s = 0.0f;
-            for (int r = 0; r < splits; ++r) {
-                const float* rp = cluster.map_shared_rank(part, r);
+            for (int r0 = 0; r0 < splits; r0 += 4) {
+                float v[4][G::kParts];
 #pragma unroll
-                for (int q = 0; q < G::kParts; ++q) s += rp[(q * G::kN + t) * G::kRedStride + fl];
+                for (int r = 0; r < 4; ++r) {
+                    if (r0 + r >= splits) break;
+                    const uint32_t rp = map_rank(at, r0 + r);
+#pragma unroll
+                    for (int q = 0; q < G::kParts; ++q) v[r][q] = ld_cluster(rp + 4u * q * G::kN * G::kRedStride);
+                }
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    if (r0 + r >= splits) break;
+#pragma unroll
+                    for (int q = 0; q < G::kParts; ++q) s += v[r][q];
+                }
             }
             job.out[t * job.ldc + f0 + fl] = s;
         }
