@@ -62,7 +62,7 @@
 //  - plans and expected us at 8 / 32 rows (gemv_tc measured, bench/results/gemv_tc_run21: 8 / 32 rows):
 //      wq_a [1024 x 4096]  kSlices 2, 8 tiles x S 8 = 64 CTAs of 4 stages      ~4.5 / ~5.5  (10.7 / 17.7)
 //      wkv  [512 x 4096]   kSlices 2, 4 tiles x S 8 = 32 CTAs of 4 stages      ~4   / ~5    (8.5 / 14.0)
-//      wq_b [32768 x 1024] kSlices 4, 128 tiles, S 1 (persistent)              ~11  / ~12   (26.0 / 45.1)
+//      wq_b [32768 x 1024] kSlices 4, 128 tiles, S 1 = 128 CTAs of 8 stages    ~11  / ~12   (26.0 / 45.1)
 //      wo_b [4096 x 8192]  kSlices 4, 16 tiles x S 8 = 128 CTAs of 8 stages    ~11  / ~12   (40.3 / 69.3)
 //      wo_a 8 x [1024 x 4096] kSlices 4, 32 tiles x S 4 = 128 CTAs of 8 stages ~12  / ~13   (26.8 / 70.8)
 //    the large ones at ~3.8 TB/s plus ~3 us fixed, the small ones mostly fixed cost.
