@@ -591,7 +591,8 @@ Plan plan(const GemvJob* jobs, int count, int64_t nkb) {
         for (int i = 0; i < count; ++i) tiles += ceil_div(jobs[i].n_out, int64_t{kSliceRows} * slices);
         for (int s = 1; s <= std::min<int64_t>(kMaxSplits, nkb); ++s) {
             const int64_t per = ceil_div(nkb, s);
-            if ((s - 1) * per >= nkb) continue;  // a split without k blocks
+            if ((s - 1) * per >= nkb) continue;    // a split without k blocks
+            if (s > 1 && tiles > 65535) continue;  // one CTA a tile: the grid's y dimension holds 65535
             const int64_t resident = slices == 4 ? resident_ctas<N, 4>(s) : resident_ctas<N, 2>(s);
             if (resident <= 0) continue;
             const int64_t waves = s == 1 ? ceil_div(tiles, resident) : ceil_div(tiles * s, resident);
