@@ -249,6 +249,16 @@ TEST_F(CudaGemvWgmma, OddShapes) {
     check_linear(fp8_weight(65536 + 100, 1024, Scales::kE8m0), {2, 17, 32}, "65636 x 1024");
 }
 
+// Weights of e4m3 subnormal codes and zeros only (exponent bits 0: +-m 2^-9), which the fast decode turns into bf16
+// subnormals before its bf16x2 multiply: were they flushed to zero, every output would be 0 (relative error 1), while
+// in random codes they are too few and too small for the bounds to notice.
+TEST_F(CudaGemvWgmma, SubnormalCodes) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    HostWeight h = fp8_weight(512, 1024, Scales::kE8m0);
+    for (uint8_t& b : h.data) b &= 0x87;  // sign and mantissa kept, exponent cleared
+    check_linear(h, {2, 8, 32}, "subnormal codes");
+}
+
 // Several products in one launch: two inputs (x columns at an offset, lda > K), weight row offsets that are not
 // multiples of 16 or 128 (a warp's rows straddle scale blocks), outputs at column offsets with gaps between them (which
 // stay NaN); then 11 products (more than one launch holds).
