@@ -223,13 +223,14 @@ TEST_F(CudaGemvWgmma, GroupedWoA) {
 }
 
 // Every row count 2..32 with each scale kind: E8M0, E8M0 with large scales (warps on the conversion path), f32 (the
-// conversion path throughout, rounding); the two tile heights (wq_a-like: 128-row tiles; 2048 x 1024: 256-row ones).
+// conversion path throughout, rounding); the two tile heights (wq_a-like: 128-row tiles, K split 8 ways; wq_b-like:
+// 256-row tiles, one a CTA, no split. 2048 x 1024 would take 128-row tiles split 8 ways too).
 TEST_F(CudaGemvWgmma, ScaleKindsEveryRowCount) {
     if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
     for (Scales s : {Scales::kE8m0, Scales::kE8m0Large, Scales::kF32}) {
         const std::string kind = s == Scales::kE8m0 ? "e8m0" : s == Scales::kF32 ? "f32 scales" : "large e8m0";
         check_linear(fp8_weight(1024, 4096, s), every_row_count(), "1024 x 4096, " + kind);
-        check_linear(fp8_weight(2048, 1024, s), kSampleRows, "2048 x 1024, " + kind);
+        check_linear(fp8_weight(32768, 1024, s), kSampleRows, "32768 x 1024, " + kind);
     }
 }
 
