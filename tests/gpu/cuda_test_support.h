@@ -77,9 +77,31 @@ protected:
 
 // Weights of every stored format, [n, k]: 0 F32, 1 BF16, 2 FP8 (32x32 E8M0 scales), 3 FP8 (128x128 F32),
 // 4 FP4 (E8M0 per 32), 5 F16, 6 FP8 (128x128 E8M0).
+// w's views point into data and scale: a copy points its views at its own buffers (a plain copy would keep the
+// source's, dangling once a temporary source is gone); a move keeps the buffers and so the views.
 struct HostWeight {
     LinearWeight w;
     std::vector<uint8_t> data, scale;
+
+    HostWeight() = default;
+    HostWeight(HostWeight&&) = default;
+    HostWeight& operator=(HostWeight&&) = default;
+    HostWeight(const HostWeight& o) : w(o.w), data(o.data), scale(o.scale) { rebind(o); }
+    HostWeight& operator=(const HostWeight& o) {
+        w = o.w;
+        data = o.data;
+        scale = o.scale;
+        rebind(o);
+        return *this;
+    }
+
+private:
+    void rebind(const HostWeight& o) {
+        if (!o.w.data.empty() && o.w.data.data() == o.data.data())
+            w.data = TensorView(data.data(), o.w.data.dtype(), o.w.data.shape());
+        if (!o.w.scale.empty() && o.w.scale.data() == o.scale.data())
+            w.scale = TensorView(scale.data(), o.w.scale.dtype(), o.w.scale.shape());
+    }
 };
 
 inline HostWeight make_weight(std::mt19937& rng, int format, int64_t n, int64_t k) {
