@@ -300,11 +300,12 @@ public:
 };
 
 // V4-Flash decode: 64 heads x 512, 128 window keys + 512 selected of 1024 entries per row (4k context), one
-// row (the key list split over a cluster), 8 and 33 rows; some rows have no keys at all (only the sink). On the
-// tensor cores (H200) 1 and 8 rows take blocks of 16 heads split 8 and 4 ways, 33 rows blocks of 64 heads split
-// 4 ways, all gathering fp32 keys; 70 rows with a larger table take 64-head blocks without a split.
+// row (the key list split over a cluster), 8, 32 and 33 rows; some rows have no keys at all (only the sink). On
+// the tensor cores (H200) 1 row takes 4 blocks of 16 heads split 8 ways; 8 rows (blocks of 16 heads) and 32-33
+// rows (64 heads) make 32-33 clusters planned 4 ways but split 3 ways (30 clusters of 4 run at once), all
+// gathering fp32 keys; 70 rows with a larger table take 64-head blocks without a split.
 TEST_P(CudaAttention, SparseAttentionDecodeShapes) {
-    for (int64_t rows : {1, 8, 33}) {
+    for (int64_t rows : {1, 8, 32, 33}) {
         KeyLists lists = decode_lists(rows, 128, 512, 1024);
         if (rows > 1) lists[3].clear();
         if (rows > 8) lists[rows - 1].clear();

@@ -63,6 +63,18 @@ inline cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_x, int threads, 
     return cfg;
 }
 
+// How many clusters of cluster_x blocks of `kernel` (threads and smem bytes of dynamic shared memory each) the
+// current device runs at once. Clusters sit within one GPC, so with large blocks this can hold fewer blocks than
+// the SMs (an H200 runs 30 clusters of 4 one-block-an-SM blocks: 120 of its 132 SMs).
+template <typename Kernel>
+int max_active_clusters(Kernel kernel, int cluster_x, int threads, int smem) {
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = cluster_config(dim3(cluster_x), cluster_x, threads, smem, nullptr, attr);
+    int n = 0;
+    DI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+    return n;
+}
+
 // kernel<<<grid, threads, smem, stream>>>(params) with the grid's x dimension in clusters of cluster_x blocks.
 template <typename Kernel, typename Params>
 void launch_clustered(Kernel kernel, dim3 grid, int cluster_x, int threads, int smem, cudaStream_t stream,
