@@ -5,7 +5,10 @@ attention, random weights, on the same config.json: prefill of BxL prompts (logi
 decode steps at several batch sizes over a common context (one prefilled cache repeated along the batch).
 
   python3 hf_step_bench.py CONFIG_DIR --out results.json [--context 4096] [--decode-batches 1,8,32,128]
-          [--decode-steps 10] [--prefill 1x4096,8x2048] [--repeats 3] [--skip-model]
+          [--decode-steps 10] [--prefill 1x4096,8x2048] [--repeats 3] [--skip-model] [--tid2eid random|zeros]
+
+transformers initialises the hash-routing tables to zeros; by default they are drawn like step_bench's (k distinct
+random experts per token id), so both engines' hash layers touch the same number of experts.
 
 Every figure is written to --out as soon as it is measured; a failing measurement records its error and the
 rest go on.
@@ -99,6 +102,26 @@ def expand_cache(cache, batch):
     return cache
 
 
+def randomize_tid2eid(model, seed=2):
+    """transformers initialises the hash-routed layers' tid2eid to zeros (every token on expert 0, six times);
+    step_bench's random weights draw k distinct experts per token id. Draws them the same way here, so that both
+    engines' hash layers touch the experts uniformly routed tokens would. Returns the number of tables drawn."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    drawn = 0
+    with torch.no_grad():
+        for name, buf in list(model.named_buffers()) + list(model.named_parameters()):
+            if name.split(".")[-1] != "tid2eid":
+                continue
+            vocab, k = buf.shape
+            experts = model.config.n_routed_experts
+            for r0 in range(0, vocab, 16384):  # k distinct of E per row: the top k of random keys
+                n = min(16384, vocab - r0)
+                keys = torch.rand(n, experts, device=buf.device, generator=gen)
+                buf[r0:r0 + n] = keys.topk(k, dim=1).indices.to(buf.dtype)
+            drawn += 1
+    return drawn
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("config_dir")
@@ -109,6 +132,9 @@ def main():
     ap.add_argument("--prefill", default="1x4096,8x2048")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--skip-model", action="store_true", help="measure the card only")
+    ap.add_argument("--tid2eid", choices=["random", "zeros"], default="random",
+                    help="hash-routing tables: k distinct random experts per token (as step_bench's random "
+                         "weights), or transformers' initial zeros (runs up to 14)")
     args = ap.parse_args()
 
     res = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
@@ -137,6 +163,9 @@ def main():
         model = DeepseekV4ForCausalLM(config)
     model.eval()
     torch.set_default_dtype(torch.float32)
+    res["tid2eid"] = args.tid2eid
+    if args.tid2eid == "random":
+        res["tid2eid_tables"] = randomize_tid2eid(model)
     torch.cuda.synchronize()
     res["load_s"] = time.perf_counter() - t0
     res["params"] = sum(p.numel() for p in model.parameters())
