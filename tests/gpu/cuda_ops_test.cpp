@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -514,6 +517,42 @@ TEST_F(CudaOps, SparseAttentionAndIndexerScores) {
     Tensor qd = device(q), kd = device(k), wd = device(w);
     gpu_->indexer_scores(out, qd, kd, wd, 0.125f);
     EXPECT_LE(rel_error(fetch(out), values(ref)), kBound);
+}
+
+// Count of a profile row's calls (0 when the row is missing).
+long profile_calls(const std::string& report, const std::string& op) {
+    const size_t at = report.find(op + " ");
+    if (at == std::string::npos) return 0;
+    double ms = 0;
+    long calls = 0;
+    std::sscanf(report.c_str() + at + op.size(), "%lf %ld", &ms, &calls);
+    return calls;
+}
+
+// DEEPINFER_CUDA_PROFILE: allocations and frees issued between ops get host-only rows, one call each; what an op
+// allocates inside its scope counts in the op's own row, not in those.
+TEST(CudaProfiler, AllocationsBetweenOpsHaveTheirOwnRows) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    setenv("DEEPINFER_CUDA_PROFILE", "1", 1);
+    const std::unique_ptr<Backend> be = create_backend("cuda", 2);
+    unsetenv("DEEPINFER_CUDA_PROFILE");
+    be->take_profile();
+    {
+        Tensor a = be->alloc(DType::kF32, Shape{1000}), b = be->alloc(DType::kF32, Shape{1000});
+        Tensor c = be->alloc(DType::kF32, Shape{7});
+        const std::vector<float> ones(1000, 1.0f);
+        be->upload(a, ones.data());
+        be->upload(b, ones.data());
+        be->add(a, b);
+        std::vector<float> got(1000);
+        be->download(got.data(), a);
+        EXPECT_EQ(got[999], 2.0f);
+    }
+    const std::string report = be->take_profile();
+    EXPECT_EQ(profile_calls(report, "alloc (between ops)"), 3) << report;
+    EXPECT_EQ(profile_calls(report, "free (between ops)"), 3) << report;
+    EXPECT_EQ(profile_calls(report, "add"), 1) << report;
+    EXPECT_EQ(profile_calls(report, "upload"), 2) << report;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Per-op device time for DEEPINFER_CUDA_PROFILE=1: CUDA events around every op of the backend's stream,
 // read back whenever the stream has drained, summed by op name; beside it the host time spent issuing each op
-// (its launches, allocations and uploads, and any wait inside them). Off (and free) otherwise.
+// (its launches, allocations and uploads, and any wait inside them), and rows of host-only time for what is issued
+// between ops (allocations and frees of the model's tensors). Off (and free) otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,11 +28,15 @@ public:
     class Scope {
     public:
         Scope(OpProfiler* p, const char* name, cudaEvent_t start)
-            : p_(p), name_(name), start_(start), issued_(p ? std::chrono::steady_clock::now() : Clock::time_point{}) {}
+            : p_(p), name_(name), start_(start), issued_(p ? std::chrono::steady_clock::now() : Clock::time_point{}) {
+            if (p_) ++depth_;
+        }
         Scope(const Scope&) = delete;
         Scope& operator=(const Scope&) = delete;
         ~Scope() {
-            if (p_) p_->end(name_, start_, std::chrono::duration<double, std::milli>(Clock::now() - issued_).count());
+            if (!p_) return;
+            --depth_;
+            p_->end(name_, start_, std::chrono::duration<double, std::milli>(Clock::now() - issued_).count());
         }
 
     private:
@@ -43,6 +48,11 @@ public:
     };
     // `name` must outlive the profiler (a string literal).
     Scope scope(const char* name);
+    // Whether this thread is inside an op's scope (whose host time already counts what it does).
+    static bool inside_op() { return depth_ > 0; }
+    // Host time spent outside every op (the model's allocations and frees between ops), reported as a row `name`
+    // with no device time; a no-op when disabled or inside an op.
+    void host_only(const char* name, double host_ms);
 
     // Reads the events of ops that have ended (call after the stream has drained).
     void collect();
@@ -62,6 +72,7 @@ private:
     void end(const char* name, cudaEvent_t start, double host_ms);
     cudaEvent_t event();  // needs mu_
 
+    inline static thread_local int depth_ = 0;  // this thread's open scopes
     cudaStream_t stream_;
     bool enabled_ = false;
     std::mutex mu_;  // ops may be issued from more than one host thread
