@@ -7,6 +7,9 @@
 // The floors count weights in their stored formats (FP8 / FP4 / BF16, scales included) and the KV state at
 // bf16 (what the reference keeps); routed experts count the expected number a batch of uniformly routed
 // tokens touches. Decode sequences are forks of one prefilled context, so every batch sees the same history.
+// After each batch's timed steps one untimed step records the routing: the experts each layer touched, and the
+// "routed floor" counting those instead (random weights send a batch's rows to fewer experts in score-routed
+// layers than uniform routing would; bench/configs/*-uniform-routing hash-routes every layer instead).
 // A decode step is timed as the engine runs an all-greedy step: the logits stay in backend memory and only the
 // picked ids are downloaded (transformers' step likewise leaves its logits on the GPU).
 // With DEEPINFER_CUDA_PROFILE=1 each measurement is followed by its per-op device time (events around every
@@ -70,15 +73,17 @@ struct Floors {
     const dsv4::DeepseekV4Config& c;
     const dsv4::DeepseekV4Weights& w;
 
-    // Bytes one decode step of `batch` sequences at context `ctx` must read.
-    double decode_bytes(int64_t batch, int64_t ctx) const {
+    // Bytes one decode step of `batch` sequences at context `ctx` must read: the routed experts a batch of uniformly
+    // routed tokens touches, or layer l's touched[l] experts when given.
+    double decode_bytes(int64_t batch, int64_t ctx, const std::vector<int64_t>* touched_experts = nullptr) const {
         double total = bytes_of(w.head) + static_cast<double>(batch) * w.embed.cols * 2;
         for (int l = 0; l < c.num_layers; ++l) {
             const dsv4::LayerWeights& L = w.layers[l];
             double b = 0, m = 0;
             dense_layer(L, &b, &m);
             const double E = static_cast<double>(L.moe.w1.size()), k = c.experts_per_token;
-            const double touched = E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
+            const double touched = touched_experts ? static_cast<double>((*touched_experts)[l])
+                                                   : E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
             total += b + touched * bytes_of(L.moe.expert(0));
             // KV at bf16: window rows, then the entries attention or the indexer reads.
             double kv = static_cast<double>(std::min<int64_t>(ctx, c.window)) * c.head_dim;
@@ -148,9 +153,30 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, std::mt19937_64& rn
     return t;
 }
 
-// The backend's per-op times of the last measurement (runs of `steps` steps), if it profiles.
-void print_profile(Backend& backend, const std::string& what, int64_t steps) {
-    const std::string table = backend.take_profile();
+// One decode step of the sequences (random tokens, untimed) with the model recording its routing: the number of
+// distinct routed experts each layer's batch touched.
+std::vector<int64_t> routed_experts(dsv4::DeepseekV4Model& model, Backend& backend,
+                                    std::vector<std::unique_ptr<ModelSequence>>& seqs, std::mt19937_64& rng,
+                                    int64_t vocab) {
+    const std::vector<int32_t> tokens = random_tokens(static_cast<int64_t>(seqs.size()), vocab, rng);
+    std::vector<SequenceInput> inputs;
+    for (size_t b = 0; b < seqs.size(); ++b) inputs.push_back({seqs[b].get(), std::span<const int32_t>(&tokens[b], 1), 0});
+    std::vector<std::vector<int32_t>> ids;
+    model.record_routing(&ids);
+    model.forward_on_backend(inputs);
+    model.record_routing(nullptr);
+    backend.synchronize();
+    std::vector<int64_t> touched;
+    for (const std::vector<int32_t>& layer : ids) {
+        std::vector<int32_t> sorted = layer;
+        std::sort(sorted.begin(), sorted.end());
+        touched.push_back(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
+    }
+    return touched;
+}
+
+// A per-op time table (Backend::take_profile) of runs of `steps` steps, if the backend profiles.
+void print_profile(const std::string& table, const std::string& what, int64_t steps) {
     if (table.empty()) return;
     std::printf("  per-op device time, %s, %lld steps (warm-ups included):\n", what.c_str(),
                 static_cast<long long>(steps));
@@ -222,7 +248,8 @@ int main(int argc, char** argv) try {
         std::printf("context of %lld tokens prefilled in %.2f s\n", static_cast<long long>(context), seconds() - t0);
         // host ms: the time to issue a step (the forward's host work and launches), of which the GPU waits for
         // whatever exceeds its own time.
-        std::printf("%-8s %12s %12s %12s %10s %10s\n", "batch", "step ms", "floor ms", "floor GB", "x floor", "host ms");
+        std::printf("%-8s %12s %12s %12s %10s %10s %14s %10s  %s\n", "batch", "step ms", "floor ms", "floor GB",
+                    "x floor", "host ms", "routed floor", "x routed", "experts touched by layer");
         for (int64_t batch : batches) {
             std::vector<std::unique_ptr<ModelSequence>> seqs;
             for (int64_t b = 0; b < batch; ++b) seqs.push_back(model->fork_sequence(*source, room));
@@ -249,16 +276,29 @@ int main(int argc, char** argv) try {
             }
             const double ms = median(times) * 1e3, host_ms = median(host_times) * 1e3;
             const double bytes = floors.decode_bytes(batch, context), floor_ms = bytes / (bandwidth_gbs * 1e9) * 1e3;
-            std::printf("%-8lld %12.3f %12.3f %12.3f %10.1f %10.3f\n", static_cast<long long>(batch), ms, floor_ms,
-                        bytes / 1e9, ms / floor_ms, host_ms);
+            // One more, untimed step records the routing: the experts each layer's batch touched. The floor counts
+            // uniformly routed tokens; a model whose router sends the batch to fewer experts reads less (the
+            // "routed floor"). Random weights do that in score-routed layers (see bench/results).
+            const std::string profile = backend->take_profile();  // the timed steps' ops only
+            const std::vector<int64_t> touched = routed_experts(*v4, *backend, seqs, rng, vocab);
+            backend->take_profile();
+            const double routed_bytes = floors.decode_bytes(batch, context, &touched);
+            const double routed_ms = routed_bytes / (bandwidth_gbs * 1e9) * 1e3;
+            std::string per_layer;
+            for (int64_t t : touched) per_layer += (per_layer.empty() ? "" : "/") + std::to_string(t);
+            std::printf("%-8lld %12.3f %12.3f %12.3f %10.1f %10.3f %14.3f %10.1f  %s\n", static_cast<long long>(batch),
+                        ms, floor_ms, bytes / 1e9, ms / floor_ms, host_ms, routed_ms, ms / routed_ms,
+                        per_layer.c_str());
             std::fflush(stdout);
             results["decode"].push_back({{"batch", batch},
                                          {"step_ms", ms},
                                          {"host_ms", host_ms},
                                          {"floor_ms", floor_ms},
                                          {"bytes", bytes},
+                                         {"routed_floor_ms", routed_ms},
+                                         {"experts_touched", touched},
                                          {"steps", times.size()}});
-            print_profile(*backend, "decode batch " + std::to_string(batch), decode_steps + 2);
+            print_profile(profile, "decode batch " + std::to_string(batch), decode_steps + 2);
         }
     }
 
@@ -294,7 +334,7 @@ int main(int argc, char** argv) try {
                                           {"tokens_per_s", tps},
                                           {"floor_ms", floor_ms},
                                           {"flops", flops}});
-            print_profile(*backend, "prefill " + std::to_string(batch) + "x" + std::to_string(len), repeats + 1);
+            print_profile(backend->take_profile(), "prefill " + std::to_string(batch) + "x" + std::to_string(len), repeats + 1);
         }
     }
     if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";

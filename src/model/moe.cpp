@@ -52,7 +52,7 @@ MoeWeights load_moe(WeightLoader& w, const std::string& prefix, const MoeParams&
 }
 
 void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorView xn, TensorView tokens,
-                 TensorView out) {
+                 TensorView out, std::vector<int32_t>* routed_ids) {
     const int64_t T = xn.dim(0), D = xn.dim(1), E = p.num_experts, K = p.experts_per_token;
     if (T == 0) return;
     const bool host = be.is_host(), hash = !w.tid2eid.empty();
@@ -77,6 +77,10 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     }
     Tensor expert = be.alloc(DType::kI32, Shape{T, K}), weight = be.alloc(DType::kF32, Shape{T, K});
     be.moe_route(expert, weight, router, r);
+    if (routed_ids) {
+        routed_ids->resize(static_cast<size_t>(T * K));
+        be.download(routed_ids->data(), expert);
+    }
 
     // Routed experts: their outputs land in the rows' slots of `routed` [T * K, D]. Prefill-sized steps (see
     // below) need the expert ids on the host: their copy is queued here, and the host waits for it only after

@@ -59,9 +59,10 @@ constexpr int64_t kMoeDeviceSlots = 2048;
 
 // out [T, D] = sum_k weight_k * expert_k(xn) + shared(xn), in backend memory; tokens [T] I32 (backend memory)
 // are the token ids for hash routing. Each row's routed outputs are summed in ascending expert order,
-// independent of the batch. Routing runs in the backend (moe_route).
+// independent of the batch. Routing runs in the backend (moe_route). routed_ids, when given, receives the [T * K]
+// expert ids (downloaded: the host waits for the device, so for diagnostics and benchmarks' untimed steps).
 void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorView xn, TensorView tokens,
-                 TensorView out);
+                 TensorView out, std::vector<int32_t>* routed_ids = nullptr);
 
 // Moves the matrices, the router's bias and tid2eid into the backend's memory.
 void moe_to_backend(Backend& be, MoeWeights& w, std::vector<Tensor>* storage);

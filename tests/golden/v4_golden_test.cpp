@@ -19,6 +19,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "model/deepseek_v4/model.h"
 #include "model/model.h"
 #include "sample/sampler.h"
 #include "support/greedy_decode.h"
@@ -116,6 +117,42 @@ TEST_P(V4Golden, FullForwardMatchesReference) {
     RecordProperty("rel_error", std::to_string(rel_error(ours, ref)));
     expect_logits_close(ours.data(), ref.data(), ids_.size(), vocab_, logits_bound(GetParam()),
                         std::string("[ ") + GetParam().name + " ] full forward vs reference");
+}
+
+// record_routing (benchmarks count the experts a step touches): every layer's [T * K] expert ids, each in [0, E) and
+// each row's K distinct and ascending (moe_route's order); a hash layer's row is its token's tid2eid row; recording
+// does not change the logits (bitwise).
+TEST_P(V4Golden, RecordRoutingGivesEachLayersExperts) {
+    auto* v4 = dynamic_cast<dsv4::DeepseekV4Model*>(model_.get());
+    ASSERT_NE(v4, nullptr);
+    const dsv4::DeepseekV4Config& c = v4->config();
+    const std::vector<float> plain = prompt_logits(0);
+    std::vector<std::vector<int32_t>> ids;
+    v4->record_routing(&ids);
+    const std::vector<float> recorded = prompt_logits(0);
+    v4->record_routing(nullptr);
+    ASSERT_EQ(recorded.size(), plain.size());
+    EXPECT_EQ(std::memcmp(recorded.data(), plain.data(), plain.size() * sizeof(float)), 0);
+    ASSERT_EQ(ids.size(), static_cast<size_t>(c.num_layers));
+    const int64_t T = static_cast<int64_t>(ids_.size()), K = c.experts_per_token;
+    for (int l = 0; l < c.num_layers; ++l) {
+        ASSERT_EQ(ids[l].size(), static_cast<size_t>(T * K)) << "layer " << l;
+        const std::vector<int32_t>& table = v4->weights().layers[l].moe.tid2eid;
+        for (int64_t t = 0; t < T; ++t) {
+            std::vector<int32_t> row(ids[l].begin() + t * K, ids[l].begin() + (t + 1) * K);
+            for (int64_t k = 0; k < K; ++k) {
+                ASSERT_TRUE(row[k] >= 0 && row[k] < c.n_routed_experts) << "layer " << l << " row " << t;
+                if (k > 0) {
+                    ASSERT_LT(row[k - 1], row[k]) << "layer " << l << " row " << t;
+                }
+            }
+            if (c.route[l] == dsv4::RouteKind::kHash) {
+                std::vector<int32_t> want(table.begin() + ids_[t] * K, table.begin() + (ids_[t] + 1) * K);
+                std::sort(want.begin(), want.end());
+                ASSERT_EQ(row, want) << "layer " << l << " row " << t << " (hash)";
+            }
+        }
+    }
 }
 
 TEST_P(V4Golden, ChunkedPrefillMatchesFullForward) {

@@ -184,7 +184,12 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch, bool o
         const std::string tag = "l" + std::to_string(l);
         sublayer(L.hc_attn, L.attn_norm, tag + ".attn", [&](TensorView in, TensorView out) { attention(l, rows, in, out); });
         sublayer(L.hc_ffn, L.ffn_norm, tag + ".mlp", [&](TensorView in, TensorView out) {
-            moe_forward(be, L.moe, moe_params_[l], in, rows.tokens_d, out);
+            std::vector<int32_t>* ids = nullptr;
+            if (routing_sink_) {
+                routing_sink_->resize(static_cast<size_t>(c.num_layers));
+                ids = &(*routing_sink_)[static_cast<size_t>(l)];
+            }
+            moe_forward(be, L.moe, moe_params_[l], in, rows.tokens_d, out, ids);
         });
         dump(be, "hidden." + std::to_string(l + 1), streams);
     }

@@ -2,8 +2,10 @@
 // each bringing any number of new tokens (prefill chunks and decode steps mix freely).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/state.h"
@@ -31,6 +33,10 @@ public:
     std::unique_ptr<ModelSequence> fork_sequence(ModelSequence& src, int64_t max_tokens) override;
     Tensor forward(std::span<const SequenceInput> batch) override;
     Tensor forward_on_backend(std::span<const SequenceInput> batch) override;
+    // While sink is set, every forward stores layer l's routed expert ids ([rows * experts_per_token], the step's
+    // rows in order) in (*sink)[l]; the host then waits for the device at each MoE layer, so benchmarks record
+    // routing in untimed steps only. Null stops it.
+    void record_routing(std::vector<std::vector<int32_t>>* sink) { routing_sink_ = sink; }
 
 private:
     struct StateInput {
@@ -58,6 +64,7 @@ private:
     DeepseekV4Weights weights_;
     Backend& backend_;
     ModelInfo info_;
+    std::vector<std::vector<int32_t>>* routing_sink_ = nullptr;  // record_routing()
     StateSpec state_spec_;
     std::vector<MoeParams> moe_params_;
     std::vector<Tensor> device_weights_;         // the weights' copies in backend memory (device backends)
