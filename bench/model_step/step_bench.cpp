@@ -153,17 +153,24 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, std::mt19937_64& rn
     return t;
 }
 
+// A decode step's inputs: token b for sequence b (tokens must outlive them).
+std::vector<SequenceInput> decode_inputs(const std::vector<std::unique_ptr<ModelSequence>>& seqs,
+                                         const std::vector<int32_t>& tokens) {
+    std::vector<SequenceInput> inputs;
+    for (size_t b = 0; b < seqs.size(); ++b)
+        inputs.push_back({seqs[b].get(), std::span<const int32_t>(&tokens[b], 1), 0});
+    return inputs;
+}
+
 // One decode step of the sequences (random tokens, untimed) with the model recording its routing: the number of
 // distinct routed experts each layer's batch touched.
 std::vector<int64_t> routed_experts(dsv4::DeepseekV4Model& model, Backend& backend,
-                                    std::vector<std::unique_ptr<ModelSequence>>& seqs, std::mt19937_64& rng,
+                                    const std::vector<std::unique_ptr<ModelSequence>>& seqs, std::mt19937_64& rng,
                                     int64_t vocab) {
     const std::vector<int32_t> tokens = random_tokens(static_cast<int64_t>(seqs.size()), vocab, rng);
-    std::vector<SequenceInput> inputs;
-    for (size_t b = 0; b < seqs.size(); ++b) inputs.push_back({seqs[b].get(), std::span<const int32_t>(&tokens[b], 1), 0});
     std::vector<std::vector<int32_t>> ids;
     model.record_routing(&ids);
-    model.forward_on_backend(inputs);
+    model.forward_on_backend(decode_inputs(seqs, tokens));
     model.record_routing(nullptr);
     backend.synchronize();
     std::vector<int64_t> touched;
@@ -257,9 +264,7 @@ int main(int argc, char** argv) try {
             std::vector<double> times, host_times;
             for (int64_t step = 0; step < decode_steps + 2; ++step) {
                 const std::vector<int32_t> tokens = random_tokens(batch, vocab, rng);
-                std::vector<SequenceInput> inputs;
-                for (int64_t b = 0; b < batch; ++b)
-                    inputs.push_back({seqs[b].get(), std::span<const int32_t>(&tokens[b], 1), 0});
+                const std::vector<SequenceInput> inputs = decode_inputs(seqs, tokens);
                 backend->synchronize();
                 const double s = seconds();
                 // As the engine runs an all-greedy step: logits stay in device memory, the ids come back.
@@ -334,7 +339,8 @@ int main(int argc, char** argv) try {
                                           {"tokens_per_s", tps},
                                           {"floor_ms", floor_ms},
                                           {"flops", flops}});
-            print_profile(backend->take_profile(), "prefill " + std::to_string(batch) + "x" + std::to_string(len), repeats + 1);
+            print_profile(backend->take_profile(), "prefill " + std::to_string(batch) + "x" + std::to_string(len),
+                          repeats + 1);
         }
     }
     if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";

@@ -448,15 +448,9 @@ void launch_tc(TcAttnParams p, int64_t rows, cudaStream_t stream) {
     // that size at once than the grid has, the rest would run as a second wave (H200, batch 32: 32 clusters of 4
     // against 30, which doubled the call). Take the largest split whose clusters all run at once (at most the
     // planned one; any size: the merge takes any rank count). Splits never change which keys a row attends.
-    static std::atomic<int> fits[kMaxSplits + 1] = {};  // max active clusters + 1 per split, 0 = not yet asked
+    static ClusterFit fit;
     const int64_t groups = ceil_div(p.heads, 16 * HT);
-    while (p.splits > 1) {
-        std::atomic<int>& f = fits[p.splits];
-        if (f.load(std::memory_order_relaxed) == 0)
-            f.store(max_active_clusters(kernel, p.splits, kThreads, smem) + 1, std::memory_order_relaxed);
-        if (rows * groups <= f.load(std::memory_order_relaxed) - 1) break;
-        --p.splits;
-    }
+    while (p.splits > 1 && rows * groups > fit.max_active(kernel, p.splits, kThreads, smem)) --p.splits;
     launch_clustered(kernel, dim3(static_cast<unsigned>(rows * p.splits), static_cast<unsigned>(groups)), p.splits,
                      kThreads, smem, stream, p);
 }

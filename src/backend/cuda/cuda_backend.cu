@@ -167,7 +167,7 @@ public:
     Tensor alloc(DType dtype, Shape shape) override {
         const size_t bytes = std::max<size_t>(TensorView(nullptr, dtype, shape).nbytes(), 1);
         void* p = nullptr;
-        const HostTimer timer(*profiler_, "alloc (between ops)");
+        const auto host = profiler_->host_scope("alloc (between ops)");
         DI_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
         return Tensor::adopt(p, dtype, shape, &release, this);
     }
@@ -781,30 +781,9 @@ private:
 
     static void release(void* context, void* data) {
         CudaBackend* be = static_cast<CudaBackend*>(context);
-        const HostTimer timer(*be->profiler_, "free (between ops)");
+        const auto host = be->profiler_->host_scope("free (between ops)");
         cudaFreeAsync(data, be->stream_);
     }
-    // In profile mode, the host time of an allocation or free issued between ops (the model's tensors), as its own
-    // row of the profile; those inside an op already count in the op's host time.
-    class HostTimer {
-    public:
-        HostTimer(cuda::OpProfiler& p, const char* name)
-            : p_(p.enabled() && !cuda::OpProfiler::inside_op() ? &p : nullptr), name_(name) {
-            if (p_) start_ = std::chrono::steady_clock::now();
-        }
-        ~HostTimer() {
-            if (p_)
-                p_->host_only(name_, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
-                                         .count());
-        }
-        HostTimer(const HostTimer&) = delete;
-        HostTimer& operator=(const HostTimer&) = delete;
-
-    private:
-        cuda::OpProfiler* p_;
-        const char* name_;
-        std::chrono::steady_clock::time_point start_;
-    };
 
     int device_;
     cudaStream_t stream_ = nullptr;

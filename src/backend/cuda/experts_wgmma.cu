@@ -165,12 +165,7 @@ __host__ __device__ constexpr int kperm_inv(int k) {
     const int c = k >> 5, w = (k >> 3) & 3, r = k & 7;
     return 16 * (2 * w + ((r >> 1) & 1)) + 8 * (r & 1) + 2 * c + (r >> 2);
 }
-constexpr bool kperm_is_bijection() {
-    for (int q = 0; q < 128; ++q)
-        if (kperm(q) < 0 || kperm(q) >= 128 || kperm_inv(kperm(q)) != q) return false;
-    return true;
-}
-static_assert(kperm_is_bijection(), "kperm and kperm_inv are inverse permutations of 0..127");
+static_assert(inverse_permutations_of_128<kperm, kperm_inv>(), "kperm and kperm_inv are inverse permutations");
 static_assert(kperm(0) == 0 && kperm(1) == 4 && kperm(2) == 32 && kperm(8) == 1 && kperm(16) == 2 && kperm(32) == 8,
               "lane c = 1 holds chunk 1 (k 32..); a2 is k + 1; step 1 is k + 2; word 1 is k + 8");
 

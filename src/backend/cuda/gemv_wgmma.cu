@@ -137,12 +137,7 @@ __host__ __device__ constexpr int kperm(int q) {
 __host__ __device__ constexpr int kperm_inv(int k) {
     return 16 * ((k >> 2) & 7) + 8 * (k & 1) + 2 * (k >> 5) + ((k >> 1) & 1);
 }
-constexpr bool kperm_is_bijection() {
-    for (int q = 0; q < 128; ++q)
-        if (kperm(q) < 0 || kperm(q) >= 128 || kperm_inv(kperm(q)) != q) return false;
-    return true;
-}
-static_assert(kperm_is_bijection(), "kperm and kperm_inv are inverse permutations of 0..127");
+static_assert(inverse_permutations_of_128<kperm, kperm_inv>(), "kperm and kperm_inv are inverse permutations");
 static_assert(kperm(0) == 0 && kperm(1) == 2 && kperm(2) == 32 && kperm(8) == 1 && kperm(9) == 3 && kperm(16) == 4,
               "a0 = (b0, b2) and a2 = (b1, b3) of word s of lane c's 32 bytes, c = 1 at k 32; step 1 is word 1");
 static_assert(kperm(8 * 5 + 3) == kperm(8 * 5) + 32 + 2 && kperm(8 * 6 + 6) == kperm(8 * 6) + 96,
@@ -549,24 +544,14 @@ __global__ void gemv_wgmma_x_kernel(const __grid_constant__ PrologueParams a) {
 
 // ---- host ----
 
-// Clusters of `splits` CTAs of an instantiation the current device holds at once, asked once per device and size.
+// CTAs of an instantiation the current device holds at once in clusters of `splits`.
 template <int N, int Slices>
 int64_t resident_ctas(int splits) {
-    using G = Geometry<N, Slices>;
-    static std::atomic<int> cached[64][kMaxSplits + 1] = {};  // clusters + 1; 0: not asked yet
-    if (splits == 1) return device_sm_count();                // 640 threads and ~220 KB: one CTA an SM
-    int dev = 0;
-    DI_CUDA_CHECK(cudaGetDevice(&dev));
-    std::atomic<int>& c = cached[dev % 64][splits];
-    int n = c.load(std::memory_order_relaxed) - 1;
-    if (n < 0) {
-        cudaLaunchAttribute attr;
-        const cudaLaunchConfig_t cfg =
-            cluster_config(dim3(splits, device_sm_count()), splits, kThreads, G::kSmemBytes, nullptr, attr);
-        DI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, gemv_wgmma_kernel<N, Slices>, &cfg));
-        c.store(n + 1, std::memory_order_relaxed);
-    }
-    return static_cast<int64_t>(n) * splits;
+    if (splits == 1) return device_sm_count();  // 640 threads and ~220 KB: one CTA an SM
+    static ClusterFit fit;
+    return static_cast<int64_t>(fit.max_active(gemv_wgmma_kernel<N, Slices>, splits, kThreads,
+                                               Geometry<N, Slices>::kSmemBytes)) *
+           splits;
 }
 
 template <int N, int Slices>

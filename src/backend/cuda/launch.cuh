@@ -63,17 +63,32 @@ inline cudaLaunchConfig_t cluster_config(dim3 grid, int cluster_x, int threads, 
     return cfg;
 }
 
-// How many clusters of cluster_x blocks of `kernel` (threads and smem bytes of dynamic shared memory each) the
-// current device runs at once. Clusters sit within one GPC, so with large blocks this can hold fewer blocks than
-// the SMs (an H200 runs 30 clusters of 4 one-block-an-SM blocks: 120 of its 132 SMs).
-template <typename Kernel>
-int max_active_clusters(Kernel kernel, int cluster_x, int threads, int smem) {
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = cluster_config(dim3(cluster_x), cluster_x, threads, smem, nullptr, attr);
-    int n = 0;
-    DI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-    return n;
-}
+// How many clusters of cluster_x blocks of one kernel (threads and smem bytes of dynamic shared memory each) the
+// current device runs at once, asked of the driver once per device and cluster size (1..8). Clusters sit within one
+// GPC, so with large blocks this can hold fewer blocks than the SMs (an H200 runs 30 clusters of 4
+// one-block-an-SM blocks: 120 of its 132 SMs). One cache per kernel instantiation (a static at its launch site:
+// instantiations of one kernel template share a function type, so the cache cannot key on it).
+class ClusterFit {
+public:
+    template <typename Kernel>
+    int max_active(Kernel kernel, int cluster_x, int threads, int smem) {
+        DI_ICHECK(cluster_x >= 1 && cluster_x <= 8, "cluster of ", cluster_x, " blocks");
+        int dev = 0;
+        DI_CUDA_CHECK(cudaGetDevice(&dev));
+        std::atomic<int>& cached = clusters_[dev % 64][cluster_x];
+        int n = cached.load(std::memory_order_relaxed) - 1;
+        if (n < 0) {
+            cudaLaunchAttribute attr;
+            const cudaLaunchConfig_t cfg = cluster_config(dim3(cluster_x), cluster_x, threads, smem, nullptr, attr);
+            DI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+            cached.store(n + 1, std::memory_order_relaxed);
+        }
+        return n;
+    }
+
+private:
+    std::atomic<int> clusters_[64][9] = {};  // clusters + 1; 0: not asked yet
+};
 
 // kernel<<<grid, threads, smem, stream>>>(params) with the grid's x dimension in clusters of cluster_x blocks.
 template <typename Kernel, typename Params>

@@ -49,7 +49,6 @@ void OpProfiler::end(const char* name, cudaEvent_t start, double host_ms) {
 }
 
 void OpProfiler::host_only(const char* name, double host_ms) {
-    if (!enabled_ || inside_op()) return;
     std::lock_guard<std::mutex> lock(mu_);
     Total& t = totals_[name];
     t.host_ms += host_ms;

@@ -48,11 +48,26 @@ public:
     };
     // `name` must outlive the profiler (a string literal).
     Scope scope(const char* name);
-    // Whether this thread is inside an op's scope (whose host time already counts what it does).
-    static bool inside_op() { return depth_ > 0; }
-    // Host time spent outside every op (the model's allocations and frees between ops), reported as a row `name`
-    // with no device time; a no-op when disabled or inside an op.
-    void host_only(const char* name, double host_ms);
+    // Host time of work issued outside every op (the model's allocations and frees between ops), reported as a row
+    // `name` with no device time; nothing when disabled or inside an op (whose row already counts it).
+    class HostScope {
+    public:
+        HostScope(OpProfiler* p, const char* name)
+            : p_(p), name_(name), start_(p ? std::chrono::steady_clock::now() : Clock::time_point{}) {}
+        HostScope(const HostScope&) = delete;
+        HostScope& operator=(const HostScope&) = delete;
+        ~HostScope() {
+            if (p_) p_->host_only(name_, std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
+        }
+
+    private:
+        using Clock = std::chrono::steady_clock;
+        OpProfiler* p_;
+        const char* name_;
+        Clock::time_point start_;
+    };
+    // `name` must outlive the profiler (a string literal).
+    HostScope host_scope(const char* name) { return HostScope(enabled_ && depth_ == 0 ? this : nullptr, name); }
 
     // Reads the events of ops that have ended (call after the stream has drained).
     void collect();
@@ -70,6 +85,7 @@ private:
         long calls = 0;
     };
     void end(const char* name, cudaEvent_t start, double host_ms);
+    void host_only(const char* name, double host_ms);
     cudaEvent_t event();  // needs mu_
 
     inline static thread_local int depth_ = 0;  // this thread's open scopes

@@ -146,6 +146,15 @@ struct Wgmma<8> {
     }
 };
 
+// Whether Perm and Inv are inverse permutations of 0..127: a kernel's k order within a 128-column block (stored
+// column q holds real column Perm(q)), checked at compile time.
+template <int (*Perm)(int), int (*Inv)(int)>
+constexpr bool inverse_permutations_of_128() {
+    for (int q = 0; q < 128; ++q)
+        if (Perm(q) < 0 || Perm(q) >= 128 || Inv(Perm(q)) != q) return false;
+    return true;
+}
+
 // 8 activations src[32 (j / 2) + kPair (j % 2)], j = 0..7, rounded to bf16 (nearest even) as one 16-byte chunk: the
 // 8 stored columns of a chunk of a kernel's permuted k order (experts_wgmma.cu: kPair 4; gemv_wgmma.cu: 2).
 template <int kPair>

@@ -179,17 +179,14 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch, bool o
         be.hc_post(next, y, post, comb, streams);
         std::swap(streams, next);
     };
+    if (routing_sink_) routing_sink_->resize(static_cast<size_t>(c.num_layers));
     for (int l = 0; l < c.num_layers; ++l) {
         const LayerWeights& L = weights_.layers[l];
         const std::string tag = "l" + std::to_string(l);
         sublayer(L.hc_attn, L.attn_norm, tag + ".attn", [&](TensorView in, TensorView out) { attention(l, rows, in, out); });
         sublayer(L.hc_ffn, L.ffn_norm, tag + ".mlp", [&](TensorView in, TensorView out) {
-            std::vector<int32_t>* ids = nullptr;
-            if (routing_sink_) {
-                routing_sink_->resize(static_cast<size_t>(c.num_layers));
-                ids = &(*routing_sink_)[static_cast<size_t>(l)];
-            }
-            moe_forward(be, L.moe, moe_params_[l], in, rows.tokens_d, out, ids);
+            moe_forward(be, L.moe, moe_params_[l], in, rows.tokens_d, out,
+                        routing_sink_ ? &(*routing_sink_)[static_cast<size_t>(l)] : nullptr);
         });
         dump(be, "hidden." + std::to_string(l + 1), streams);
     }
