@@ -336,5 +336,30 @@ TEST_F(CudaRoutedExperts, SwitchAndFallback) {
         << many << " experts: the default sequence";
 }
 
+// DEEPINFER_CUDA_EXPERTS_DECODE_BATCH: the decode tiles' wgmma groups issued 1, 2 (the default) or 4 to a batch give
+// bitwise the same outputs (every accumulator still sums its k steps in order), at the model width with decode
+// tiles of 16 and 32 tokens; another value is refused.
+TEST_F(CudaRoutedExperts, DecodeBatchesAgreeBitwise) {
+    const Ffns f = make_ffns(256, 4096, 2048);
+    if (!wgmma(f)) GTEST_SKIP() << "the wgmma experts do not apply here";
+    for (const std::vector<int32_t>& ids : {routed_ids(32, 256, 6), routed_ids(64, 256, 6, 17)}) {
+        const int64_t tokens = static_cast<int64_t>(ids.size()) / 6;
+        const std::vector<float> x = randn(tokens * f.d());
+        const Tensor ids_d = i32_device(ids);
+        unsetenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");
+        const std::vector<float> by_default = run(*gpu_, f, x, ids_d, 6, 10.0f);
+        for (const char* batch : {"1", "2", "4"}) {
+            setenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH", batch, 1);
+            EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, 6, 10.0f), by_default, f.d()), 0)
+                << tokens << " tokens, batch " << batch;
+        }
+        unsetenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");
+    }
+    setenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH", "3", 1);
+    const std::vector<int32_t> ids = routed_ids(8, 256, 6);
+    EXPECT_THROW(run(*gpu_, f, randn(8 * f.d()), i32_device(ids), 6, 10.0f), Error);
+    unsetenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -81,7 +81,9 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/bf16_mma.cuh"
@@ -118,9 +120,10 @@ constexpr int kSBytes = kSlices * kSliceSBytes;      // 1024
 // FP4 bytes, their scales), then a full and an empty mbarrier per stage. Prefill takes tiles of up to 128 tokens
 // and 4 stages; decode (routed_experts) tiles of up to 32 tokens, whose smaller B (8 KB a stage, not 32 KB) leaves
 // room for 8 stages: twice the weight bytes in flight per SM (see "Decode" in the header comment).
-template <int MaxN, int Stages>
+// Batch: wgmma groups per commit batch for tiles of up to 32 tokens (see stage()).
+template <int MaxN, int Stages, int Batch = 1>
 struct Ring {
-    static constexpr int kMaxN = MaxN, kStages = Stages;
+    static constexpr int kMaxN = MaxN, kStages = Stages, kBatch = Batch;
     static constexpr int kColBlockBytes = kMaxN * 128;  // one 64-wide k column block of B: kMaxN rows of 128 bytes
     static constexpr int kBBytes = 2 * kColBlockBytes;
     static constexpr int kStageBytes = kBBytes + kWBytes + kSBytes;
@@ -131,7 +134,11 @@ struct Ring {
     static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory");
 };
 using PrefillRing = Ring<128, 4>;  // 50176-byte stages
-using DecodeRing = Ring<32, 8>;    // 25600-byte stages
+using DecodeRing = Ring<32, 8, 2>;  // 25600-byte stages
+// DEEPINFER_CUDA_EXPERTS_DECODE_BATCH = 1, 2 (default) or 4 picks the decode ring's batch, to measure which is best;
+// the others go once measured.
+using DecodeRing1 = Ring<32, 8, 1>;
+using DecodeRing4 = Ring<32, 8, 4>;
 
 struct Tile {
     int expert, feature0, row0, rows;  // rows 1..kMaxN of the ring it runs on
@@ -259,12 +266,19 @@ __device__ __forceinline__ float swiglu(float g, float u, float limit) {
     return g / (1.0f + expf(-g)) * u;
 }
 
-// One 128-k stage of a consumer warpgroup: 4 groups of 4 wgmmas (2 k steps x 2 slices), each group's A decoded
-// while the previous group runs. kAfterOpen: the previous stage left its last group in flight (its buffers are
-// handed back once that group is done); kClose: drain the pipeline and hand this stage back at the end.
-template <int N, bool kAfterOpen, bool kClose, class R>
+// One 128-k stage of a consumer warpgroup: 4 groups of 4 wgmmas (2 k steps x 2 slices), issued in batches of G
+// groups (one commit group each), each batch's A decoded while the previous batch runs. G = 1 at prefill, where a
+// group's m64n128 products take about as long as decoding the next group's A; G = 2 at decode (N <= 32), where the
+// products are short and the decode is what the consumers spend their time on: 8 independent word decodes in flight
+// instead of 4 hide more of the decode chain's latency (ncu, decode batch 32: IPC 2.45 with 2 consumer warps a
+// scheduler, the producer waiting on empty slots). kAfterOpen: the previous stage left its last batch in flight
+// (its buffers are handed back once that batch is done); kClose: drain the pipeline and hand this stage back at the
+// end.
+template <int N, int G, bool kAfterOpen, bool kClose, class R>
 __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1)[N / 2], int wg, int arow, int c,
                                       const uint8_t* ring_ptr, uint32_t ring, uint32_t bars) {
+    static_assert(G == 1 || G == 2 || G == 4, "groups per batch divide the stage's 4 groups");
+    constexpr int kBatches = 4 / G;
     const int st = kb % R::kStages;  // kb: the CTA's stage count so far (tiles before this one included)
     mbar_wait(bars + 8 * st, (kb / R::kStages) & 1);
     __syncwarp();
@@ -291,49 +305,60 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
     const bool any_slow = __any_sync(0xffffffffu, slow);
     const uint32_t sb = ring + st * R::kStageBytes;
 #pragma unroll
-    for (int w = 0; w < 4; ++w) {
-        uint32_t a[2][2][4];
-        uint64_t desc[2];
+    for (int bt = 0; bt < kBatches; ++bt) {
+        uint32_t a[G][2][2][4];  // group g of the batch is the stage's group w = G bt + g (word w of each chunk)
+        uint64_t desc[G][2];
 #pragma unroll
-        for (int m = 0; m < 2; ++m) {
+        for (int g = 0; g < G; ++g)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                chunks::fp4_word_to_bf16<false>(word_of(raw[m][h], w), sc[m][h], a[m][h]);
-            }
-        }
+            for (int m = 0; m < 2; ++m)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    chunks::fp4_word_to_bf16<false>(word_of(raw[m][h], G * bt + g), sc[m][h], a[g][m][h]);
         if (any_slow) {
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int m = 0; m < 2; ++m)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            a[g][m][h][i] = chunks::mul_bf16x2(a[g][m][h][i], sc[m][h].post);
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
 #pragma unroll
             for (int m = 0; m < 2; ++m)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) a[m][h][i] = chunks::mul_bf16x2(a[m][h][i], sc[m][h].post);
-        }
+                    for (int i = 0; i < 4; ++i) pin(a[g][m][h][i]);  // defined before the fence, not sunk past it
 #pragma unroll
-        for (int m = 0; m < 2; ++m)
+        for (int g = 0; g < G; ++g)
 #pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) pin(a[m][h][i]);  // defined before the fence, not sunk past it
-#pragma unroll
-        for (int t2 = 0; t2 < 2; ++t2) {
-            const int s = 2 * w + t2;
-            desc[t2] = b_desc(sb + (s >> 2) * R::kColBlockBytes + (s & 3) * 32);
-            pin(desc[t2]);
-        }
+            for (int t2 = 0; t2 < 2; ++t2) {
+                const int s = 2 * (G * bt + g) + t2;
+                desc[g][t2] = b_desc(sb + (s >> 2) * R::kColBlockBytes + (s & 3) * 32);
+                pin(desc[g][t2]);
+            }
         wgmma_fence();
 #pragma unroll
-        for (int t2 = 0; t2 < 2; ++t2) {
-            Wgmma<N>::mma(acc0, a[0][0][2 * t2], a[0][1][2 * t2], a[0][0][2 * t2 + 1], a[0][1][2 * t2 + 1], desc[t2]);
-            Wgmma<N>::mma(acc1, a[1][0][2 * t2], a[1][1][2 * t2], a[1][0][2 * t2 + 1], a[1][1][2 * t2 + 1], desc[t2]);
-        }
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int t2 = 0; t2 < 2; ++t2) {
+                Wgmma<N>::mma(acc0, a[g][0][0][2 * t2], a[g][0][1][2 * t2], a[g][0][0][2 * t2 + 1],
+                              a[g][0][1][2 * t2 + 1], desc[g][t2]);
+                Wgmma<N>::mma(acc1, a[g][1][0][2 * t2], a[g][1][1][2 * t2], a[g][1][0][2 * t2 + 1],
+                              a[g][1][1][2 * t2 + 1], desc[g][t2]);
+            }
         wgmma_commit();
-        if (kClose && w == 3) {
+        if (kClose && bt == kBatches - 1) {
             wgmma_wait<0>();
             mbar_arrive(bars + 8 * (R::kStages + st));  // stage kb read: hand it back to the producer
         } else {
-            wgmma_wait<1>();  // the previous group is done: its A registers are free
-            if (kAfterOpen && w == 0) mbar_arrive(bars + 8 * (R::kStages + (kb - 1) % R::kStages));  // kb - 1 read
+            wgmma_wait<1>();  // the previous batch is done: its A registers are free
+            if (kAfterOpen && bt == 0) mbar_arrive(bars + 8 * (R::kStages + (kb - 1) % R::kStages));  // kb - 1 read
         }
     }
 }
@@ -361,12 +386,13 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
     // Stages in pairs: the second one drains the wgmma pipeline, so no group is in flight across the loop's back
     // edge (ptxas serializes every wgmma, C7513, if A registers are redefined there while a group may still read
     // them); inside the pair the groups overlap the decoding.
+    constexpr int G = N <= 32 ? R::kBatch : 1;  // groups per wgmma batch (see stage())
     int kb = 0;
     for (; kb + 1 < nk; kb += 2) {
-        stage<N, false, false, R>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
-        stage<N, true, true, R>(it + kb + 1, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+        stage<N, G, false, false, R>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+        stage<N, G, true, true, R>(it + kb + 1, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
     }
-    if (kb < nk) stage<N, false, true, R>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+    if (kb < nk) stage<N, G, false, true, R>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
         pin(acc0[i]);
@@ -744,6 +770,11 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
                   inter <= (int64_t{1} << 20),
               "routed_experts_wgmma: ", rows, " rows (", rows_per_input, " per input), ", num_experts, " experts, D ",
               d, ", I ", inter);
+    const char* env = std::getenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");  // read per call: tests switch it
+    const std::string batch_env = env ? env : "2";
+    DI_CHECK(batch_env == "1" || batch_env == "2" || batch_env == "4",
+             "DEEPINFER_CUDA_EXPERTS_DECODE_BATCH must be 1, 2 or 4, not '", batch_env, "'");
+    const int batch = batch_env[0] - '0';
     if (rows == 0) return;
     using R = DecodeRing;
     // Token tiles: sum over the touched experts of ceil(n_e / kMaxN) <= (rows + (kMaxN - 1) touched) / kMaxN.
@@ -778,16 +809,24 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     p.k = static_cast<int>(d);
     p.out_cols = static_cast<int>(inter);
     p.limit = swiglu_limit;
-    launch_tiles<true, R>(p, cap1, stream);
-
-    p.tiles = plan.tiles2;
-    p.tile_count = plan.tile_count + 1;
-    p.act = h;
-    p.out = nullptr;
-    p.out_rows = plan.out_rows;
-    p.k = static_cast<int>(inter);
-    p.out_cols = static_cast<int>(d);
-    launch_tiles<false, R>(p, cap2, stream);
+    Params q = p;
+    q.tiles = plan.tiles2;
+    q.tile_count = plan.tile_count + 1;
+    q.act = h;
+    q.out = nullptr;
+    q.out_rows = plan.out_rows;
+    q.k = static_cast<int>(inter);
+    q.out_cols = static_cast<int>(d);
+    if (batch == 1) {
+        launch_tiles<true, DecodeRing1>(p, cap1, stream);
+        launch_tiles<false, DecodeRing1>(q, cap2, stream);
+    } else if (batch == 4) {
+        launch_tiles<true, DecodeRing4>(p, cap1, stream);
+        launch_tiles<false, DecodeRing4>(q, cap2, stream);
+    } else {
+        launch_tiles<true, R>(p, cap1, stream);
+        launch_tiles<false, R>(q, cap2, stream);
+    }
     DI_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
