@@ -361,6 +361,8 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
         wgmma_commit();
         if (kClose && bt == kBatches - 1) {
             wgmma_wait<0>();
+            // One batch a stage (G = 4): it is also the first, and kb - 1's last batch is done by now as well.
+            if (kAfterOpen && bt == 0) mbar_arrive(bars + 8 * (R::kStages + (kb - 1) % R::kStages));
             mbar_arrive(bars + 8 * (R::kStages + st));  // stage kb read: hand it back to the producer
         } else {
             wgmma_wait<1>();  // the previous batch is done: its A registers are free
