@@ -56,8 +56,8 @@
 // counts, NaN rows for ids outside [0, E)); launch 0 gathers the slots' token rows by address; the gate/up and down
 // launches run one CTA per SM (at most the bound on their tiles) and read their tile count from device memory; the
 // down epilogue writes each slot's output row by address. Nothing waits for the host, so a CUDA graph could hold it.
-// Decode tiles hold at most 32 token rows (DecodeRing): B is 8 KB a stage instead of 32 KB, and 8 stages fit where
-// prefill has 4.
+// Decode tiles hold at most 32 token rows (the decode rings): B is 8 KB a stage instead of 32 KB, and 8 stages fit
+// where prefill has 4; the consumers there are 2 or 4 warpgroups (below).
 // Cost model, UNMEASURED (V4-Flash: D 4096, I 2048, 256 FP4 experts; H200: ~4.3 TB/s, 132 SMs at ~1.9 GHz):
 //  - bytes: an expert is 3 x 4 MiB of FP4 + 3 x 256 KiB of scales = 13.4 MB, read from HBM once a call (its token
 //    tiles are adjacent in the list and share it through L2). Top-6 of 256 touches ~6 / 44 / 136 / 244 experts at
@@ -69,12 +69,30 @@
 //  - issue: a consumer warp decodes 16 FP4 words and issues 16 m64n16k16 wgmmas a stage (~220 instructions; two
 //    warps per SM sub-partition: ~450 issue slots), while HBM delivers a stage to an SM every ~1000 cycles; the
 //    tensor cores need ~260. Neither limits (expert_linear's fp32 kernel, at one FMA per weight and row on top of
-//    the decode, is bound by issue).
+//    the decode, is bound by issue). Measured (below): ~595 instructions a warp a stage, and the consumers do limit.
 //  - fixed: 4 launches (the one-block plan, a few us at 2048 slots; launch 0; each product's ramp and partial last
 //    round). Expected ~30 / ~180 / ~500 / ~850 us a call at 1 / 8 / 32 / 128 tokens, against ~65 / ~310 / ~620 us
 //    for expert_linear x 3 + swiglu at 1 / 8 / 32 (their measured per-call times x 3): 1.2-2x. gemv_bench measures it.
 //  - tiles narrower than 16 tokens: wgmma has n8, but a decode tile costs its weight bytes, the same at n8; n8 would
 //    only halve B's bytes (one more stage) and the idle tensor work, neither a limit, for a fifth compiled width.
+// Four consumer warpgroups (DEEPINFER_CUDA_EXPERTS_DECODE_WGS = 4, the default; 2: the layout above). Measured on an
+// H200 with 2 (ncu, decode batch 32, ~136 experts, gate/up): 1.5-1.9 of the ~4.3 TB/s, the producer waiting on empty
+// slots, the consumers at IPC 2.45 (issue slots 58% busy, no eligible warp in 39% of cycles): each consumer warp
+// decodes 16 FP4 words a stage (~20 dependent instructions each; ~595 instructions a stage in all) with only 2
+// consumer warps per scheduler to hide the chains. At N <= 32 an accumulator is 16 registers, so the decode rings
+// also come with 4 consumer warpgroups (112 registers) + the producer (32; 640 threads, launched at 96: the
+// consumers take only what the producer gives up), each owning ONE slice: a warp decodes 8 words and issues 8 wgmmas
+// a stage, and each scheduler holds 4 consumer warps instead of 2. Gate/up slices interleave W1 and W3 rows so that
+// a lane's fragment rows g and g + 8 are the gate and up rows of one feature (slice_row: row r of slice sl is feature
+// f0 + 32 sl + 8 (r / 16) + r % 8, of W1 where r % 16 < 8, else of W3), and the epilogue pairs them in registers as
+// before; down slice sl is W2 rows f0 + 64 sl ... The empty barriers count 512 consumer threads. Every accumulator
+// sums the same k steps in the same order as with 2 warpgroups (only which warp holds which rows changes), so the
+// outputs are bitwise equal. Cost, UNMEASURED: the work a stage proportional to the slices (the FP4 decode, the
+// scale loads, the wgmmas) halves per warp, the rest (barrier wait, fences, descriptors, commits) does not: ~330
+// instructions a warp, ~1,320 a scheduler against ~1,190 (+11%), to be repaid by the issue slots busy more of the
+// time with twice the warps to pick from: break-even at ~65% busy, ~20% faster at 80%. Batch (G) groups a batch put
+// 2 G independent word decodes in flight per warp (2-warpgroup: 4 G); G = 4 (one batch a stage) matches the
+// 2-warpgroup default's 8.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -102,13 +120,9 @@ using namespace wgmma;  // the mbarrier, fence, descriptor and Wgmma<N> helpers 
 
 constexpr int kBK = 128;        // k per stage
 constexpr int kSliceRows = 64;  // weight rows per A slice (wgmma M)
-constexpr int kSlices = 4;      // two per consumer warpgroup
-constexpr int kConsumerThreads = 256;  // two warpgroups
+constexpr int kSlices = 4;      // per stage: two per consumer warpgroup, or one (Ring's Wgs)
 constexpr int kProducerThreads = 128;  // one warpgroup (setmaxnreg works on warpgroups)
-constexpr int kThreads = kConsumerThreads + kProducerThreads;
-constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 40 + 2 x 232 <= 65536 / 128
-static_assert(kProducerRegs + 2 * kConsumerRegs <= 512, "register file");
-constexpr int kGateUpFeatures = 128;  // I features per gate/up tile (64 per warpgroup, W1 and W3 each)
+constexpr int kGateUpFeatures = 128;   // I features per gate/up tile (W1 and W3 rows of each)
 constexpr int kDownFeatures = 256;    // D features per down tile
 
 constexpr int kSliceWBytes = kSliceRows * kBK / 2;   // 4096: 64 rows x 64 bytes of FP4
@@ -120,25 +134,37 @@ constexpr int kSBytes = kSlices * kSliceSBytes;      // 1024
 // FP4 bytes, their scales), then a full and an empty mbarrier per stage. Prefill takes tiles of up to 128 tokens
 // and 4 stages; decode (routed_experts) tiles of up to 32 tokens, whose smaller B (8 KB a stage, not 32 KB) leaves
 // room for 8 stages: twice the weight bytes in flight per SM (see "Decode" in the header comment).
-// Batch: wgmma groups per commit batch for tiles of up to 32 tokens (see stage()).
-template <int MaxN, int Stages, int Batch = 1>
+// Batch: wgmma groups per commit batch for tiles of up to 32 tokens (see stage()). Wgs: consumer warpgroups, each
+// owning kSlices / Wgs slices (4: decode only, see "Decode" in the header comment).
+template <int MaxN, int Stages, int Batch = 1, int Wgs = 2>
 struct Ring {
-    static constexpr int kMaxN = MaxN, kStages = Stages, kBatch = Batch;
+    static constexpr int kMaxN = MaxN, kStages = Stages, kBatch = Batch, kWgs = Wgs;
+    static constexpr int kWgSlices = kSlices / kWgs;  // A slices, and accumulators, per consumer warpgroup
+    static constexpr int kConsumerThreads = 128 * kWgs;
+    static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+    // setmaxnreg moves registers between the warpgroups of the CTA's launch allocation (ptxas gives the kernel the
+    // most its launch bounds allow: 168 at 384 threads, 96 at 640), so the consumers take at most what the producer
+    // gives up: Wgs C + P <= (Wgs + 1) x that, C and P multiples of 8.
+    static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+    static constexpr int kProducerRegs = kWgs == 2 ? 40 : 32, kConsumerRegs = kWgs == 2 ? 232 : 112;
+    static_assert(kWgs * kConsumerRegs + kProducerRegs <= (kWgs + 1) * kLaunchRegs, "register file");
     static constexpr int kColBlockBytes = kMaxN * 128;  // one 64-wide k column block of B: kMaxN rows of 128 bytes
     static constexpr int kBBytes = 2 * kColBlockBytes;
     static constexpr int kStageBytes = kBBytes + kWBytes + kSBytes;
     static constexpr int kRingBytes = kStages * kStageBytes;
     static constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kStages * 8;  // alignment slack, ring, barriers
     static_assert(kMaxN == 32 || kMaxN == 64 || kMaxN == 128, "a wgmma width holding whole 8-row swizzle atoms");
+    static_assert(kWgs == 2 || (kWgs == 4 && kMaxN <= 32), "2 consumer warpgroups, or 4 on decode tiles");
     static_assert(kStageBytes % 1024 == 0, "stages keep the 128-byte swizzle atoms 1024-byte aligned");
     static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory");
 };
 using PrefillRing = Ring<128, 4>;  // 50176-byte stages
-using DecodeRing = Ring<32, 8, 2>;  // 25600-byte stages
-// DEEPINFER_CUDA_EXPERTS_DECODE_BATCH = 1, 2 (default) or 4 picks the decode ring's batch, to measure which is best;
-// the others go once measured.
-using DecodeRing1 = Ring<32, 8, 1>;
-using DecodeRing4 = Ring<32, 8, 4>;
+// The decode rings (25600-byte stages): DEEPINFER_CUDA_EXPERTS_DECODE_BATCH = 1, 2 (default) or 4 picks the batch and
+// DEEPINFER_CUDA_EXPERTS_DECODE_WGS = 2 or 4 (default) the consumer warpgroups, to measure which is best; the others
+// go once measured.
+template <int Batch, int Wgs>
+using DecodeRingOf = Ring<32, 8, Batch, Wgs>;
+using DecodeRing = DecodeRingOf<2, 4>;  // the defaults (the plan's tiles hold DecodeRing::kMaxN rows, as every one's)
 
 struct Tile {
     int expert, feature0, row0, rows;  // rows 1..kMaxN of the ring it runs on
@@ -193,13 +219,17 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
     return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
 }
 
-// Weight row pointers of A slice `sl` (see the header: gate/up slices W1, W3 of features f0 .. f0 + 63, then
-// W1, W3 of f0 + 64 .. f0 + 127; down slices W2 rows f0 + 64 sl ..).
-template <bool kGateUp>
-__device__ __forceinline__ void slice_rows(const ExpertPtrs& e, int f0, int sl, int k, const uint8_t*& data,
-                                           const uint8_t*& scale) {
-    const int which = kGateUp ? (sl & 1) : 2;
-    const int64_t row = kGateUp ? f0 + 64 * (sl >> 1) : f0 + 64 * sl;
+// Weight row and scale pointers of row r of A slice `sl` (see the header). Gate/up on 2 consumer warpgroups: slices
+// W1, W3 of features f0 .. f0 + 63, then W1, W3 of f0 + 64 .. f0 + 127; on 4: row r of slice sl is feature
+// f0 + 32 sl + 8 (r / 16) + r % 8 of W1 if r % 16 < 8, else of W3 (so a lane's fragment rows g and g + 8 are the gate
+// and up rows of one feature). Down slices W2 rows f0 + 64 sl + r.
+template <bool kGateUp, int kWgs>
+__device__ __forceinline__ void slice_row(const ExpertPtrs& e, int f0, int sl, int r, int k, const uint8_t*& data,
+                                          const uint8_t*& scale) {
+    const int which = !kGateUp ? 2 : kWgs == 2 ? (sl & 1) : ((r >> 3) & 1);
+    const int64_t row = !kGateUp    ? f0 + 64 * sl + r
+                        : kWgs == 2 ? f0 + 64 * (sl >> 1) + r
+                                    : f0 + 32 * sl + 8 * (r >> 4) + (r & 7);
     data = e.data[which] + row * (k / 2);
     scale = e.scale[which] + row * (k / 32);
 }
@@ -212,20 +242,28 @@ template <bool kGateUp, class R>
 __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_load, uint32_t ring, uint32_t bars,
                                         int it) {
     static_assert(kProducerThreads == 128 && kSlices == 4 && kSliceRows == 64, "the roles below");
-    const int pt = threadIdx.x - kConsumerThreads;  // 0 .. kProducerThreads - 1
+    const int pt = threadIdx.x - R::kConsumerThreads;  // 0 .. kProducerThreads - 1
     const ExpertPtrs& e = p.experts[t.expert];
     const int k = p.k, nk = k / kBK;
-    const uint8_t *wd[kSlices], *ws[kSlices];
-#pragma unroll
-    for (int sl = 0; sl < kSlices; ++sl) slice_rows<kGateUp>(e, t.feature0, sl, k, wd[sl], ws[sl]);
     // W: rows r0 and r0 + 32, chunk ch, of each slice (sources: wd[sl] + w_off (+ w_half); wd advances 64 a stage).
+    // 4-warpgroup gate/up slices: row r0 + 32 is 16 source rows past r0 (8 (r / 16) + r % 8), and a thread's rows of
+    // every slice are of one matrix, 32 rows a slice apart: one pointer, wd[0] + sl w_slice (the producer runs on 32
+    // registers there, and spills with four).
+    constexpr bool kOneSource = kGateUp && R::kWgs == 4;
+    constexpr int kSources = kOneSource ? 1 : kSlices;
     const int ch = pt & 3, r0 = pt >> 2;
-    const uint32_t w_off = static_cast<uint32_t>(r0 * (k / 2) + ch * 16), w_half = static_cast<uint32_t>(32 * (k / 2));
+    const uint8_t *wd[kSources], *unused;
+#pragma unroll
+    for (int sl = 0; sl < kSources; ++sl) slice_row<kGateUp, R::kWgs>(e, t.feature0, sl, r0, k, wd[sl], unused);
+    const uint32_t w_off = static_cast<uint32_t>(ch * 16),
+                   w_half = static_cast<uint32_t>((kOneSource ? 16 : 32) * (k / 2));
+    const uint32_t w_slice = static_cast<uint32_t>(32 * (k / 2));
     const uint32_t w_dst = static_cast<uint32_t>(R::kBBytes + r0 * 64 + ch * 16);
     // Scales: row pt % 64 of slices pt / 64 and pt / 64 + 2 (advance 4 bytes a stage).
     const int s_row = pt & 63, s_sl = pt >> 6;
-    const uint8_t* s_src0 = (s_sl ? ws[1] : ws[0]) + static_cast<int64_t>(s_row) * (k / 32);  // no local array
-    const uint8_t* s_src1 = (s_sl ? ws[3] : ws[2]) + static_cast<int64_t>(s_row) * (k / 32);
+    const uint8_t *s_src0, *s_src1;
+    slice_row<kGateUp, R::kWgs>(e, t.feature0, s_sl, s_row, k, unused, s_src0);
+    slice_row<kGateUp, R::kWgs>(e, t.feature0, s_sl + 2, s_row, k, unused, s_src1);
     const uint32_t s_dst = static_cast<uint32_t>(R::kBBytes + kWBytes + s_sl * kSliceSBytes + s_row * 4);
     // B: row n = n0 + 8 j, 16-byte chunk kc (8 stored columns) -> column block kc / 8, atom row n, chunk
     // (kc % 8) ^ (n % 8), where n % 8 = n0 % 8 for every j. Rows past the run are zero-filled from a valid address.
@@ -245,10 +283,12 @@ __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_lo
         }
 #pragma unroll
         for (int sl = 0; sl < kSlices; ++sl) {
-            mma::cp_async16(sb + w_dst + sl * kSliceWBytes, wd[sl] + w_off, 16);
-            mma::cp_async16(sb + w_dst + sl * kSliceWBytes + 32 * 64, wd[sl] + w_off + w_half, 16);
-            wd[sl] += kBK / 2;
+            const uint8_t* src = kOneSource ? wd[0] + sl * w_slice : wd[sl % kSources];
+            mma::cp_async16(sb + w_dst + sl * kSliceWBytes, src + w_off, 16);
+            mma::cp_async16(sb + w_dst + sl * kSliceWBytes + 32 * 64, src + w_off + w_half, 16);
+            if (!kOneSource) wd[sl % kSources] += kBK / 2;
         }
+        if (kOneSource) wd[0] += kBK / 2;
         mma::cp_async4(sb + s_dst, s_src0);
         mma::cp_async4(sb + s_dst + 2 * kSliceSBytes, s_src1);
         s_src0 += kBK / 32;
@@ -266,33 +306,33 @@ __device__ __forceinline__ float swiglu(float g, float u, float limit) {
     return g / (1.0f + expf(-g)) * u;
 }
 
-// One 128-k stage of a consumer warpgroup: 4 groups of 4 wgmmas (2 k steps x 2 slices), issued in batches of G
-// groups (one commit group each), each batch's A decoded while the previous batch runs. G = 1 at prefill, where a
-// group's m64n128 products take about as long as decoding the next group's A; G = 2 at decode (N <= 32), where the
-// products are short and the decode is what the consumers spend their time on: 8 independent word decodes in flight
-// instead of 4 hide more of the decode chain's latency (ncu, decode batch 32: IPC 2.45 with 2 consumer warps a
-// scheduler, the producer waiting on empty slots). kAfterOpen: the previous stage left its last batch in flight
-// (its buffers are handed back once that batch is done); kClose: drain the pipeline and hand this stage back at the
-// end.
+// One 128-k stage of a consumer warpgroup: 4 groups of 2 M wgmmas (2 k steps x its M slices, 2 or 1), issued in
+// batches of G groups (one commit group each), each batch's A decoded while the previous batch runs: 2 M G independent
+// FP4 word decodes in flight. G = 1 at prefill, where a group's m64n128 products take about as long as decoding the
+// next group's A; G = R::kBatch at decode (N <= 32), where the products are short and the decode is what the consumers
+// spend their time on: at M = 2, G = 2 puts 8 independent word decodes in flight instead of 4, to hide more of the
+// decode chain's latency (ncu, decode batch 32: IPC 2.45 with 2 consumer warps a scheduler, the producer waiting on
+// empty slots). kAfterOpen: the previous stage left its last batch in flight (its buffers are handed back once that
+// batch is done); kClose: drain the pipeline and hand this stage back at the end.
 template <int N, int G, bool kAfterOpen, bool kClose, class R>
-__device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1)[N / 2], int wg, int arow, int c,
+__device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2], int wg, int arow, int c,
                                       const uint8_t* ring_ptr, uint32_t ring, uint32_t bars) {
     static_assert(G == 1 || G == 2 || G == 4, "groups per batch divide the stage's 4 groups");
-    constexpr int kBatches = 4 / G;
+    constexpr int kBatches = 4 / G, M = R::kWgSlices;  // M: this warpgroup's slices M wg .. M wg + M - 1
     const int st = kb % R::kStages;  // kb: the CTA's stage count so far (tiles before this one included)
     mbar_wait(bars + 8 * st, (kb / R::kStages) & 1);
     __syncwarp();
     fence_proxy_async();
     const uint8_t* sw = ring_ptr + st * R::kStageBytes + R::kBBytes;
     const uint8_t* ss = sw + kWBytes;
-    uint4 raw[2][2];
-    chunks::Fp4Scale sc[2][2];
+    uint4 raw[M][2];
+    chunks::Fp4Scale sc[M][2];
     bool slow = false;
 #pragma unroll
-    for (int m = 0; m < 2; ++m) {
+    for (int m = 0; m < M; ++m) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int sl = 2 * wg + m, r = arow + 8 * h;
+            const int sl = M * wg + m, r = arow + 8 * h;
             raw[m][h] = *reinterpret_cast<const uint4*>(sw + sl * kSliceWBytes + r * 64 + c * 16);
             const uint32_t e = ss[sl * kSliceSBytes + r * 4 + c];
             slow |= !chunks::fp4_fast_scale(e);
@@ -311,12 +351,12 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
     const uint32_t desc0_lo = static_cast<uint32_t>(desc0), desc_hi = static_cast<uint32_t>(desc0 >> 32);
 #pragma unroll
     for (int bt = 0; bt < kBatches; ++bt) {
-        uint32_t a[G][2][2][4];  // group g of the batch is the stage's group w = G bt + g (word w of each chunk)
+        uint32_t a[G][M][2][4];  // group g of the batch is the stage's group w = G bt + g (word w of each chunk)
         uint64_t desc[G][2];
 #pragma unroll
         for (int g = 0; g < G; ++g)
 #pragma unroll
-            for (int m = 0; m < 2; ++m)
+            for (int m = 0; m < M; ++m)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
                     chunks::fp4_word_to_bf16<false>(word_of(raw[m][h], G * bt + g), sc[m][h], a[g][m][h]);
@@ -324,7 +364,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
 #pragma unroll
             for (int g = 0; g < G; ++g)
 #pragma unroll
-                for (int m = 0; m < 2; ++m)
+                for (int m = 0; m < M; ++m)
 #pragma unroll
                     for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -334,7 +374,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
 #pragma unroll
         for (int g = 0; g < G; ++g)
 #pragma unroll
-            for (int m = 0; m < 2; ++m)
+            for (int m = 0; m < M; ++m)
 #pragma unroll
                 for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -352,12 +392,11 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
 #pragma unroll
         for (int g = 0; g < G; ++g)
 #pragma unroll
-            for (int t2 = 0; t2 < 2; ++t2) {
-                Wgmma<N>::mma(acc0, a[g][0][0][2 * t2], a[g][0][1][2 * t2], a[g][0][0][2 * t2 + 1],
-                              a[g][0][1][2 * t2 + 1], desc[g][t2]);
-                Wgmma<N>::mma(acc1, a[g][1][0][2 * t2], a[g][1][1][2 * t2], a[g][1][0][2 * t2 + 1],
-                              a[g][1][1][2 * t2 + 1], desc[g][t2]);
-            }
+            for (int t2 = 0; t2 < 2; ++t2)
+#pragma unroll
+                for (int m = 0; m < M; ++m)
+                    Wgmma<N>::mma(acc[m], a[g][m][0][2 * t2], a[g][m][1][2 * t2], a[g][m][0][2 * t2 + 1],
+                                  a[g][m][1][2 * t2 + 1], desc[g][t2]);
         wgmma_commit();
         if (kClose && bt == kBatches - 1) {
             wgmma_wait<0>();
@@ -372,22 +411,24 @@ __device__ __forceinline__ void stage(int kb, float (&acc0)[N / 2], float (&acc1
 }
 
 // One tile of a consumer warpgroup; `it`: the CTA's stages before this tile. The epilogue stores straight from the
-// accumulators (no staging, no block barrier), so a warpgroup's stores overlap the other's products and the
+// accumulators (no staging, no block barrier), so a warpgroup's stores overlap the others' products and the
 // producer's loads of the next tile. Stores: d[4 j + v] is feature row g + 8 (v >> 1) of the warp's 16, token
 // 8 j + 2 c + (v & 1); the 8 lanes of a c write 8 consecutive features (gate/up: 8 scattered bf16 of a 256-byte
-// row of h, whose 128-column block is permuted; down: 32 contiguous bytes of a row of x).
+// row of h, whose 128-column block is permuted; down: 32 contiguous bytes of a row of x). Gate/up on 4 warpgroups:
+// rows g and g + 8 are the gate and up rows of the lane's one feature (slice_row), so a lane writes h for it only.
 template <int N, bool kGateUp, class R>
 __device__ __forceinline__ void consume(const Params& p, const Tile& t, const uint8_t* ring_ptr, uint32_t ring,
                                         uint32_t bars, int it) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, c = lane & 3;
-    constexpr int kAcc = N / 2;
-    float acc0[kAcc], acc1[kAcc];
+    constexpr int kAcc = N / 2, M = R::kWgSlices;
+    float acc[M][kAcc];  // slice M wg + m's m64 x N accumulator
 #pragma unroll
     for (int i = 0; i < kAcc; ++i) {
-        acc0[i] = acc1[i] = 0.0f;
-        pin(acc0[i]);
-        pin(acc1[i]);
+#pragma unroll
+        for (int m = 0; m < M; ++m) acc[m][i] = 0.0f;
+#pragma unroll
+        for (int m = 0; m < M; ++m) pin(acc[m][i]);
     }
     const int nk = p.k / kBK;
     const int arow = 16 * wl + g;  // this lane's first row in its slices (and arow + 8)
@@ -397,24 +438,28 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
     constexpr int G = N <= 32 ? R::kBatch : 1;  // groups per wgmma batch (see stage())
     int kb = 0;
     for (; kb + 1 < nk; kb += 2) {
-        stage<N, G, false, false, R>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
-        stage<N, G, true, true, R>(it + kb + 1, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+        stage<N, G, false, false, R>(it + kb, acc, wg, arow, c, ring_ptr, ring, bars);
+        stage<N, G, true, true, R>(it + kb + 1, acc, wg, arow, c, ring_ptr, ring, bars);
     }
-    if (kb < nk) stage<N, G, false, true, R>(it + kb, acc0, acc1, wg, arow, c, ring_ptr, ring, bars);
+    if (kb < nk) stage<N, G, false, true, R>(it + kb, acc, wg, arow, c, ring_ptr, ring, bars);
 #pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-        pin(acc0[i]);
-        pin(acc1[i]);
-    }
+    for (int i = 0; i < kAcc; ++i)
+#pragma unroll
+        for (int m = 0; m < M; ++m) pin(acc[m][i]);
     if constexpr (kGateUp) {
         uint16_t* h = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(t.row0) * p.out_cols + t.feature0;
 #pragma unroll
         for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
             for (int v = 0; v < 4; ++v) {
-                const int n = 8 * j + 2 * c + (v & 1), f = 64 * wg + arow + 8 * (v >> 1);
+                // 2 warpgroups: rows of slices 2 wg (W1) and 2 wg + 1 (W3) of features 64 wg ..; 4: rows g (W1) and
+                // g + 8 (W3) of slice wg are feature 32 wg + 8 wl + g, d[4 j + v] and d[4 j + v + 2] (v < 2).
+                if (M == 1 && v >= 2) continue;
+                const int n = 8 * j + 2 * c + (v & 1);
+                const int f = M == 2 ? 64 * wg + arow + 8 * (v >> 1) : 32 * wg + 8 * wl + g;
                 if (n < t.rows) {
-                    const float hv = swiglu(acc0[4 * j + v], acc1[4 * j + v], p.limit);
+                    float hv = swiglu(acc[0][4 * j + v], acc[M - 1][4 * j + v + (M == 2 ? 0 : 2)], p.limit);
+                    if (M == 1) pin(hv);  // one h at a time: interleaved, their divisions spilled at 112 registers
                     h[static_cast<int64_t>(n) * p.out_cols + kperm_inv(f)] =
                         __bfloat16_as_ushort(__float2bfloat16_rn(hv));
                 }
@@ -425,13 +470,13 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
         for (int j = 0; j < N / 8; ++j) {
 #pragma unroll
             for (int v = 0; v < 4; ++v) {
-                const int n = 8 * j + 2 * c + (v & 1), f = 128 * wg + arow + 8 * (v >> 1);
+                const int n = 8 * j + 2 * c + (v & 1), f = kSliceRows * M * wg + arow + 8 * (v >> 1);
                 if (n < t.rows) {
                     const int64_t r = t.row0 + n;
                     float* row = (p.out_rows ? p.out_rows[r] : static_cast<float*>(p.out) + r * p.out_cols) +
                                  t.feature0;
-                    row[f] = acc0[4 * j + v];
-                    row[f + 64] = acc1[4 * j + v];
+#pragma unroll
+                    for (int m = 0; m < M; ++m) row[f + kSliceRows * m] = acc[m][4 * j + v];
                 }
             }
         }
@@ -444,7 +489,7 @@ __device__ __forceinline__ int tile_width(int rows) { return rows > 64 ? 128 : r
 // CTAs); the stage ring and its barrier phases continue from tile to tile, so the producer loads the next tile
 // while the consumers finish this one.
 template <bool kGateUp, class R>
-__global__ void __launch_bounds__(kThreads, 1) experts_wgmma_kernel(const Params p) {
+__global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     __trap();  // built for another architecture: grouped_experts_wgmma_applies() keeps callers away
 #else
@@ -453,15 +498,15 @@ __global__ void __launch_bounds__(kThreads, 1) experts_wgmma_kernel(const Params
     const uint32_t ring = mma::smem_addr(ring_ptr), bars = ring + R::kRingBytes;  // full[kStages], then empty[kStages]
     if (threadIdx.x == 0) {
         for (int s = 0; s < R::kStages; ++s) {
-            mbar_init(bars + 8 * s, kProducerThreads);                 // the producer threads' cp.async arrivals
-            mbar_init(bars + 8 * (R::kStages + s), kConsumerThreads);  // every consumer thread
+            mbar_init(bars + 8 * s, kProducerThreads);                    // the producer threads' cp.async arrivals
+            mbar_init(bars + 8 * (R::kStages + s), R::kConsumerThreads);  // every consumer thread (256 or 512)
         }
     }
     __syncthreads();
     const int nk = p.k / kBK;
     const int num_tiles = p.tile_count ? *p.tile_count : p.num_tiles;
-    if (threadIdx.x >= kConsumerThreads) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    if (threadIdx.x >= R::kConsumerThreads) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R::kProducerRegs));
         int it = 0;
         for (int i = blockIdx.x; i < num_tiles; i += gridDim.x, it += nk) {
             const Tile t = p.tiles[i];
@@ -470,7 +515,7 @@ __global__ void __launch_bounds__(kThreads, 1) experts_wgmma_kernel(const Params
         mma::cp_async_wait_all();
         return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R::kConsumerRegs));
     int it = 0;
     for (int i = blockIdx.x; i < num_tiles; i += gridDim.x, it += nk) {
         const Tile t = p.tiles[i];
@@ -647,8 +692,15 @@ void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream) {
     Params q = p;
     q.num_tiles = static_cast<int>(tiles);
     const int grid = static_cast<int>(std::min<int64_t>(tiles, device_sm_count()));
-    experts_wgmma_kernel<kGateUp, R><<<grid, kThreads, R::kSmemBytes, stream>>>(q);
+    experts_wgmma_kernel<kGateUp, R><<<grid, R::kThreads, R::kSmemBytes, stream>>>(q);
     DI_CUDA_LAUNCH_CHECK();
+}
+
+// Decode's gate/up (p) and down (q) launches on ring R.
+template <class R>
+void launch_decode(const Params& p, int64_t tiles1, const Params& q, int64_t tiles2, cudaStream_t stream) {
+    launch_tiles<true, R>(p, tiles1, stream);
+    launch_tiles<false, R>(q, tiles2, stream);
 }
 
 // The descriptions of three expert lists (w1, w3, w2), as the backend describes its weights.
@@ -778,11 +830,15 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
                   inter <= (int64_t{1} << 20),
               "routed_experts_wgmma: ", rows, " rows (", rows_per_input, " per input), ", num_experts, " experts, D ",
               d, ", I ", inter);
-    const char* env = std::getenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");  // read per call: tests switch it
+    const char* env = std::getenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");  // read per call: tests switch them
     const std::string batch_env = env ? env : "2";
     DI_CHECK(batch_env == "1" || batch_env == "2" || batch_env == "4",
              "DEEPINFER_CUDA_EXPERTS_DECODE_BATCH must be 1, 2 or 4, not '", batch_env, "'");
     const int batch = batch_env[0] - '0';
+    const char* wgs_var = std::getenv("DEEPINFER_CUDA_EXPERTS_DECODE_WGS");
+    const std::string wgs_env = wgs_var ? wgs_var : "4";
+    DI_CHECK(wgs_env == "2" || wgs_env == "4", "DEEPINFER_CUDA_EXPERTS_DECODE_WGS must be 2 or 4, not '", wgs_env, "'");
+    const int wgs = wgs_env[0] - '0';
     if (rows == 0) return;
     using R = DecodeRing;
     // Token tiles: sum over the touched experts of ceil(n_e / kMaxN) <= (rows + (kMaxN - 1) touched) / kMaxN.
@@ -825,16 +881,11 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     q.out_rows = plan.out_rows;
     q.k = static_cast<int>(inter);
     q.out_cols = static_cast<int>(d);
-    if (batch == 1) {
-        launch_tiles<true, DecodeRing1>(p, cap1, stream);
-        launch_tiles<false, DecodeRing1>(q, cap2, stream);
-    } else if (batch == 4) {
-        launch_tiles<true, DecodeRing4>(p, cap1, stream);
-        launch_tiles<false, DecodeRing4>(q, cap2, stream);
-    } else {
-        launch_tiles<true, R>(p, cap1, stream);
-        launch_tiles<false, R>(q, cap2, stream);
-    }
+    using Launch = void (*)(const Params&, int64_t, const Params&, int64_t, cudaStream_t);
+    constexpr Launch kLaunch[2][3] = {  // [wgs / 4][batch / 2]
+        {launch_decode<DecodeRingOf<1, 2>>, launch_decode<DecodeRingOf<2, 2>>, launch_decode<DecodeRingOf<4, 2>>},
+        {launch_decode<DecodeRingOf<1, 4>>, launch_decode<DecodeRingOf<2, 4>>, launch_decode<DecodeRingOf<4, 4>>}};
+    kLaunch[wgs / 4][batch / 2](p, cap1, q, cap2, stream);
     DI_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
