@@ -15,8 +15,10 @@
 //    tiles, rows in the same order, the same wgmma widths), else within kSameNumericsBound (wider prefill tiles).
 // Also: every slot on one expert, ids outside [0, E) (NaN rows in exactly their slots, the other rows bitwise as
 // without them), two runs bitwise equal, DEEPINFER_CUDA_DECODE_EXPERTS=linear and lists of more experts than the
-// plan takes (the default sequence, bitwise), and the profile naming the path taken. Without a compute capability
-// 9.0 GPU the backend takes the default sequence and the wgmma-only checks are skipped.
+// plan takes (the default sequence, bitwise), and the profile naming the path taken; the decode kernels' variants
+// (DEEPINFER_CUDA_EXPERTS_DECODE_WGS x _BATCH) bitwise equal, FP4 scales on the decoder's slow path included. The
+// other tests run the defaults (4 consumer warpgroups, batch 2). Without a compute capability 9.0 GPU the backend
+// takes the default sequence and the wgmma-only checks are skipped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/experts_wgmma.h"
@@ -52,7 +55,8 @@ protected:
     // E experts' w1, w3 [inter, d] and w2 [d, inter], FP4 with E8M0 scales per 32, on the host and on the device.
     // The model width's 3.3 GB are drawn 8 bytes at a time (make_weight draws one byte a call).
     using Ffns = testing_support::ExpertFfns;
-    HostWeight fp4_weight(int64_t n, int64_t k) {
+    // slow_scales: about one group scale in 8 becomes 0 or 1 (2^-127, 2^-126: the FP4 decoder's slow path).
+    HostWeight fp4_weight(int64_t n, int64_t k, bool slow_scales = false) {
         HostWeight h;
         h.data.resize(n * k / 2);
         h.scale.resize(n * k / 32);
@@ -63,7 +67,7 @@ protected:
         for (size_t j = 0; j < h.scale.size(); j += 8) {
             uint64_t b = bits_();
             for (size_t i = j; i < j + 8 && i < h.scale.size(); ++i, b >>= 8)
-                h.scale[i] = static_cast<uint8_t>(122 + b % 8);
+                h.scale[i] = static_cast<uint8_t>(slow_scales && b % 64 < 8 ? b % 2 : 122 + b % 8);
         }
         h.w.rows = n;
         h.w.cols = k;
@@ -74,14 +78,14 @@ protected:
         h.w.scale = TensorView(h.scale.data(), DType::kE8M0, Shape{n, k / 32});
         return h;
     }
-    Ffns make_ffns(int64_t e, int64_t d, int64_t inter) {
+    Ffns make_ffns(int64_t e, int64_t d, int64_t inter, bool slow_scales = false) {
         bits_.seed(rng_());
         Ffns f;
         f.hw.reserve(3 * e);
         for (int64_t i = 0; i < e; ++i) {
-            f.hw.push_back(fp4_weight(inter, d));
-            f.hw.push_back(fp4_weight(inter, d));
-            f.hw.push_back(fp4_weight(d, inter));
+            f.hw.push_back(fp4_weight(inter, d, slow_scales));
+            f.hw.push_back(fp4_weight(inter, d, slow_scales));
+            f.hw.push_back(fp4_weight(d, inter, slow_scales));
         }
         f.place(*gpu_, &storage_);
         gpu_->synchronize();
@@ -178,6 +182,46 @@ protected:
         std::vector<float> out;
         for (int64_t r : pick) out.insert(out.end(), v.begin() + r * d, v.begin() + (r + 1) * d);
         return out;
+    }
+
+    // DEEPINFER_CUDA_EXPERTS_DECODE_WGS and _BATCH set (null: unset, the defaults) for its lifetime, then unset.
+    struct DecodeVariant {
+        DecodeVariant(const char* wgs, const char* batch) {
+            set("DEEPINFER_CUDA_EXPERTS_DECODE_WGS", wgs);
+            set("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH", batch);
+        }
+        ~DecodeVariant() {
+            unsetenv("DEEPINFER_CUDA_EXPERTS_DECODE_WGS");
+            unsetenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");
+        }
+        static void set(const char* name, const char* value) {
+            if (value)
+                setenv(name, value, 1);
+            else
+                unsetenv(name);
+        }
+    };
+    // Every (consumer warpgroups, batch) setting of the decode kernels against the defaults, bitwise, on the slots
+    // `ids` (6 per token, SwiGLU clamped).
+    void expect_decode_variants_agree(const Ffns& f, const std::vector<int32_t>& ids, const std::string& what) {
+        const int64_t tokens = static_cast<int64_t>(ids.size()) / 6;
+        const std::vector<float> x = randn(tokens * f.d());
+        const Tensor ids_d = i32_device(ids);
+        std::vector<float> by_default;
+        {
+            const DecodeVariant defaults(nullptr, nullptr);
+            by_default = run(*gpu_, f, x, ids_d, 6, 10.0f);
+        }
+        // Every output written (the run poisons them with NaN, which would compare equal bitwise).
+        EXPECT_EQ(std::count_if(by_default.begin(), by_default.end(), [](float v) { return std::isnan(v); }), 0)
+            << what << ", " << tokens << " tokens: the defaults";
+        for (const char* wgs : {"2", "4"}) {
+            for (const char* batch : {"1", "2", "4"}) {
+                const DecodeVariant variant(wgs, batch);
+                EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, 6, 10.0f), by_default, f.d()), 0)
+                    << what << ", " << tokens << " tokens: " << wgs << " consumer warpgroups, batch " << batch;
+            }
+        }
     }
 
     // Every check above for one routing; cpu_max: the most slots the CPU recomputes (a strided subset beyond).
@@ -336,29 +380,39 @@ TEST_F(CudaRoutedExperts, SwitchAndFallback) {
         << many << " experts: the default sequence";
 }
 
-// DEEPINFER_CUDA_EXPERTS_DECODE_BATCH: the decode tiles' wgmma groups issued 1, 2 (the default) or 4 to a batch give
-// bitwise the same outputs (every accumulator still sums its k steps in order), at the model width with decode
-// tiles of 16 and 32 tokens; another value is refused.
-TEST_F(CudaRoutedExperts, DecodeBatchesAgreeBitwise) {
+// The decode kernels' variants, DEEPINFER_CUDA_EXPERTS_DECODE_WGS (2 or 4 consumer warpgroups, the default 4) x
+// DEEPINFER_CUDA_EXPERTS_DECODE_BATCH (1, 2 (the default) or 4 wgmma groups a batch), give bitwise the defaults'
+// outputs: every accumulator sums its k steps in the same order, only which warp holds which weight rows (gate/up on 4
+// warpgroups: W1 and W3 rows interleaved in a slice) and when it issues them change. At the model width with decode
+// tiles of 16 (32 tokens over 256 experts) and 32 tokens (64 tokens, one expert in each token's six); other values are
+// refused.
+TEST_F(CudaRoutedExperts, DecodeVariantsAgreeBitwise) {
     const Ffns f = make_ffns(256, 4096, 2048);
     if (!wgmma(f)) GTEST_SKIP() << "the wgmma experts do not apply here";
-    for (const std::vector<int32_t>& ids : {routed_ids(32, 256, 6), routed_ids(64, 256, 6, 17)}) {
-        const int64_t tokens = static_cast<int64_t>(ids.size()) / 6;
-        const std::vector<float> x = randn(tokens * f.d());
-        const Tensor ids_d = i32_device(ids);
-        unsetenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");
-        const std::vector<float> by_default = run(*gpu_, f, x, ids_d, 6, 10.0f);
-        for (const char* batch : {"1", "2", "4"}) {
-            setenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH", batch, 1);
-            EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, 6, 10.0f), by_default, f.d()), 0)
-                << tokens << " tokens, batch " << batch;
-        }
-        unsetenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");
-    }
-    setenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH", "3", 1);
+    expect_decode_variants_agree(f, routed_ids(32, 256, 6), "model width");
+    expect_decode_variants_agree(f, routed_ids(64, 256, 6, 17), "model width");
     const std::vector<int32_t> ids = routed_ids(8, 256, 6);
-    EXPECT_THROW(run(*gpu_, f, randn(8 * f.d()), i32_device(ids), 6, 10.0f), Error);
-    unsetenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");
+    for (const auto& [wgs, batch] :
+         {std::pair<const char*, const char*>{"3", nullptr}, {"", nullptr}, {"8", "2"}, {nullptr, "3"}, {"4", "8"}}) {
+        const DecodeVariant variant(wgs, batch);
+        EXPECT_THROW(run(*gpu_, f, randn(8 * f.d()), i32_device(ids), 6, 10.0f), Error)
+            << "DEEPINFER_CUDA_EXPERTS_DECODE_WGS '" << (wgs ? wgs : "(unset)") << "', _BATCH '"
+            << (batch ? batch : "(unset)") << "'";
+    }
+}
+
+// FP4 group scales on the decoder's slow path (about one group in 8 at 2^-127 or 2^-126; a warp holding one decodes
+// its whole stage the slow way, and which rows share a warp differs between the variants): the variants agree
+// bitwise as above, and the defaults pass every check of `check` (the CPU, expert_linear, the prefill path). D 1024,
+// I 512 (8 and 4 stages a tile), 16 experts: 32 tokens make runs of about 12 slots (tiles of 16, some of 32), 64 with
+// one expert in every token's six a run of 64 (two tiles of 32).
+TEST_F(CudaRoutedExperts, DecodeVariantsAgreeBitwiseWithSlowScales) {
+    const Ffns f = make_ffns(16, 1024, 512, true);
+    if (!wgmma(f)) GTEST_SKIP() << "the wgmma experts do not apply here";
+    for (const std::vector<int32_t>& ids : {routed_ids(32, 16, 6), routed_ids(64, 16, 6, 5)}) {
+        expect_decode_variants_agree(f, ids, "slow scales");
+        check(f, ids, 6, 10.0f, 4096);
+    }
 }
 
 }  // namespace
