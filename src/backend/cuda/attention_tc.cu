@@ -110,6 +110,7 @@ constexpr int tc_smem_bytes(int ht, int nt) {
 // Grid: (rows * splits, ceil(H / 16 HT)), cluster (splits, 1, 1), 256 threads. d <= DP = 64 NT.
 template <int HT, int NT, bool TABLE>
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const __grid_constant__ TcAttnParams p) {
+    pdl_prologue();  // see pdl.cuh
     constexpr int HB = 16 * HT;                     // heads of the block
     constexpr int DP = 64 * NT;                     // padded head dim: 8 warps x NT x 8 output columns
     constexpr int LD = DP + 8;                      // bf16 row stride of Q and the key tiles (16 B of padding)
@@ -451,8 +452,8 @@ void launch_tc(TcAttnParams p, int64_t rows, cudaStream_t stream) {
     static ClusterFit fit;
     const int64_t groups = ceil_div(p.heads, 16 * HT);
     while (p.splits > 1 && rows * groups > fit.max_active(kernel, p.splits, kThreads, smem)) --p.splits;
-    launch_clustered(kernel, dim3(static_cast<unsigned>(rows * p.splits), static_cast<unsigned>(groups)), p.splits,
-                     kThreads, smem, stream, p);
+    launch_clustered_pdl(kernel, dim3(static_cast<unsigned>(rows * p.splits), static_cast<unsigned>(groups)), p.splits,
+                         kThreads, smem, stream, p);
 }
 
 template <int HT, int NT>

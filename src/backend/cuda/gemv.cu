@@ -73,6 +73,7 @@ __device__ __forceinline__ int swizzle(int q) {
 // out[t, n] = sum_k x[t, k] * W[w_row0 + n, k] for t < ROWS. Grid: (cluster size, tile slots), cluster (cs, 1, 1).
 template <int K, int ROWS>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __grid_constant__ GemvParams p) {
+    pdl_prologue();  // see pdl.cuh
     constexpr int E = kElems<K>, Q = E / 4, G = kGran<K>;
     constexpr int kStride4 = row_stride(ROWS) / 4;  // float4s per staged row
     constexpr bool kScaled = K == kFP8 || K == kFP4;
@@ -228,7 +229,7 @@ void launch(const GemvParams& p, int cs, int slots, cudaStream_t stream) {
     allow_smem(kernel, ROWS * row_stride(ROWS) * 4, configured);
     // Every row but the last is a full stride apart; the last holds just the slice.
     const int smem = ((ROWS - 1) * row_stride(ROWS) + p.slice_chunks * kElems<K>) * 4;
-    launch_clustered(kernel, dim3(cs, slots), cs, kThreads, smem, stream, p);
+    launch_clustered_pdl(kernel, dim3(cs, slots), cs, kThreads, smem, stream, p);
 }
 
 template <int K>

@@ -116,6 +116,7 @@ __device__ __forceinline__ void stage_x(uint16_t* xs, int stride, const float* x
 // cluster takes the same range.
 template <int K, int MT>
 __global__ void __launch_bounds__(kThreads, 2) gemv_tc_kernel(const __grid_constant__ GemvTcParams p) {
+    pdl_prologue();  // see pdl.cuh
     constexpr int E = kElems<K>, KB = 4 * E, W2 = E / 2;  // weights per chunk, k per block, words per chunk
     constexpr int kRowsT = 16 * MT, NF = kGroupsPerWarp, S = kStages;
     // Dynamic shared memory: the staged activations, [p.rows][stride] bf16 (this rank's K slice), then each
@@ -317,7 +318,7 @@ void launch(const GemvTcParams& p, int cs, int slots, cudaStream_t stream) {
     const int smem = kStageBytes + kRingBytes + kRingBytes / 4;
     static std::atomic<uint64_t> configured{0};
     allow_smem(kernel, smem, configured);
-    launch_clustered(kernel, dim3(cs, slots), cs, kThreads, smem, stream, p);
+    launch_clustered_pdl(kernel, dim3(cs, slots), cs, kThreads, smem, stream, p);
 }
 
 template <int K>

@@ -492,6 +492,7 @@ __device__ __forceinline__ void consume(const WgParams& p, uint8_t* ring_ptr, ui
 // tile (S = 1: persistent over tiles; S > 1: the grid has one CTA a (split, tile)).
 template <int N, int Slices>
 __global__ void __launch_bounds__(kThreads, 1) gemv_wgmma_kernel(const __grid_constant__ WgParams p) {
+    pdl_prologue();  // see pdl.cuh
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     __trap();  // built for another architecture: gemv_wgmma_applies() keeps callers away
 #else
@@ -533,6 +534,7 @@ struct PrologueParams {
     int64_t rows, k;
 };
 __global__ void gemv_wgmma_x_kernel(const __grid_constant__ PrologueParams a) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     const int64_t per_row = a.k / 8;
     if (i >= a.rows * per_row) return;
@@ -594,7 +596,7 @@ void launch_kernel(const WgParams& p, const Plan& plan, cudaStream_t stream) {
     configure<N, Slices>();
     const int64_t slots = plan.splits > 1 ? plan.tiles : std::min(plan.tiles, resident_ctas<N, Slices>(1));
     DI_CHECK(slots <= 65535, "gemv_wgmma: ", slots, " tile slots");
-    launch_clustered(gemv_wgmma_kernel<N, Slices>, dim3(plan.splits, static_cast<unsigned>(slots)), plan.splits,
+    launch_clustered_pdl(gemv_wgmma_kernel<N, Slices>, dim3(plan.splits, static_cast<unsigned>(slots)), plan.splits,
                      kThreads, Geometry<N, Slices>::kSmemBytes, stream, p);
 }
 
@@ -645,7 +647,8 @@ void launch_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stre
     const size_t xb_elems = static_cast<size_t>(rows * k);
     DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&xb), xb_elems * inputs * 2, stream));
     for (int i = 0; i < inputs; ++i) pro.xb[i] = xb + xb_elems * i;
-    gemv_wgmma_x_kernel<<<dim3(static_cast<unsigned>(ceil_div(rows * k / 8, 256)), inputs), 256, 0, stream>>>(pro);
+    launch_pdl(gemv_wgmma_x_kernel, dim3(static_cast<unsigned>(ceil_div(rows * k / 8, 256)), inputs), 256, 0, stream,
+               pro);
     DI_CUDA_LAUNCH_CHECK();
     for (int i = 0; i < count; ++i) {
         const GemvJob& j = jobs[i];

@@ -23,6 +23,7 @@
 #include <initializer_list>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::cuda {
 
@@ -71,6 +72,7 @@ __device__ __forceinline__ float fma4(float4 x, float4 w, float acc) {
 __global__ void __launch_bounds__(kThreads)
     hc_dots_few_kernel(float* __restrict__ part, const float* __restrict__ f, const float* __restrict__ fn,
                        int64_t tokens, int64_t width, int rows, int chunks, bool vec) {
+    pdl_prologue();  // see pdl.cuh
     extern __shared__ __align__(16) float smem[];
     float* fs = smem;                           // [8 tokens, 512] f32: the group's chunk
     float* red = smem + kGroupTokens * kChunk;  // [8 tokens, 8 slices, M + 1] f32: slice sums
@@ -123,6 +125,7 @@ template <int R>
 __global__ void __launch_bounds__(kThreads, 2)
     hc_dots_tiled_kernel(float* __restrict__ part, const float* __restrict__ f, const float* __restrict__ fn,
                          int64_t tokens, int64_t width, int rows, int chunks, bool vec) {
+    pdl_prologue();  // see pdl.cuh
     __shared__ __align__(16) float tile[kTileTokens * kTilePad];  // [64, 128 + 4] f32 f; then [8, 32, R + 1] sums
     __shared__ __align__(16) float wtile[R * kStep];              // [R, 128] f32 fn
     static_assert(kWarps * 32 * (R + 1) <= kTileTokens * kTilePad, "slice sums must fit the f tile");
@@ -264,6 +267,7 @@ template <int N, bool kHead>
 __global__ void __launch_bounds__(128)
     hc_finish_kernel(float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb,
                      const float* __restrict__ part, int64_t tokens, int chunks, int64_t width, HcDesc p) {
+    pdl_prologue();  // see pdl.cuh
     extern __shared__ float raw[];  // [8 tokens, M + 1] f32
     const int n = N > 0 ? N : p.n;
     const int rows = kHead ? n : (2 + n) * n, stride = rows + 1;
@@ -295,6 +299,7 @@ __global__ void __launch_bounds__(128)
 
 __global__ void hc_collapse_kernel(float* __restrict__ out, const float* __restrict__ streams,
                                    const float* __restrict__ pre, int64_t rows, int64_t n, int64_t d) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= rows * d) return;
     const int64_t r = i / d, c = i % d;
@@ -306,6 +311,7 @@ __global__ void hc_collapse_kernel(float* __restrict__ out, const float* __restr
 __global__ void hc_post_kernel(float* __restrict__ out, const float* __restrict__ y, const float* __restrict__ post,
                                const float* __restrict__ comb, const float* __restrict__ streams, int64_t rows,
                                int64_t n, int64_t d) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= rows * n * d) return;
     const int64_t c = i % d, k = (i / d) % n, r = i / (n * d);
@@ -329,6 +335,7 @@ __device__ __forceinline__ float4 fma4v(float s, const float4& a, const float4& 
 __global__ void __launch_bounds__(kHcVecThreads)
     hc_collapse_vec_kernel(float4* __restrict__ out, const float4* __restrict__ streams, const float* __restrict__ pre,
                            int64_t rows, int n, int64_t d4) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t c = static_cast<int64_t>(blockIdx.x) * kHcVecThreads + threadIdx.x;
     if (c >= d4) return;
     for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
@@ -343,6 +350,7 @@ __global__ void __launch_bounds__(kHcVecThreads)
     hc_post_vec_kernel(float4* __restrict__ out, const float4* __restrict__ y, const float* __restrict__ post,
                        const float* __restrict__ comb, const float4* __restrict__ streams, int64_t rows, int n_rt,
                        int64_t d4) {
+    pdl_prologue();  // see pdl.cuh
     constexpr int kMax = N > 0 ? N : 8;
     const int n = N > 0 ? N : n_rt;
     const int64_t c = static_cast<int64_t>(blockIdx.x) * kHcVecThreads + threadIdx.x;
@@ -396,23 +404,17 @@ void launch_dots(float* part, const float* f, int64_t tokens, int64_t width, con
     const size_t few_smem = (kGroupTokens * kChunk + kGroupTokens * kWarps * (rows + 1)) * sizeof(float);
     if (tokens <= kFewTokens && few_smem <= 48 * 1024) {
         const dim3 grid(static_cast<unsigned>(chunks), blocks_for(tokens, kGroupTokens));
-        hc_dots_few_kernel<<<grid, kThreads, few_smem, stream>>>(part, f, fn, tokens, width, rows, chunks, vec);
+        launch_pdl(hc_dots_few_kernel, grid, kThreads, few_smem, stream, part, f, fn, tokens, width, rows, chunks, vec);
     } else {
         // 24 rows per block reads f once for the whole mix; with few tokens, 8 rows per block triples the
         // blocks (f is re-read from L2) so that the grid still fills the GPU.
         const unsigned tiles = blocks_for(tokens, kTileTokens);
         if (rows <= 4) {
-            hc_dots_tiled_kernel<4>
-                <<<dim3(static_cast<unsigned>(chunks), tiles, blocks_for(rows, 4)), kThreads, 0, stream>>>(
-                    part, f, fn, tokens, width, rows, chunks, vec);
+            launch_pdl(hc_dots_tiled_kernel<4>, dim3(static_cast<unsigned>(chunks), tiles, blocks_for(rows, 4)), kThreads, 0, stream, part, f, fn, tokens, width, rows, chunks, vec);
         } else if (rows <= 8 || tokens < kWideRowTokens) {
-            hc_dots_tiled_kernel<8>
-                <<<dim3(static_cast<unsigned>(chunks), tiles, blocks_for(rows, 8)), kThreads, 0, stream>>>(
-                    part, f, fn, tokens, width, rows, chunks, vec);
+            launch_pdl(hc_dots_tiled_kernel<8>, dim3(static_cast<unsigned>(chunks), tiles, blocks_for(rows, 8)), kThreads, 0, stream, part, f, fn, tokens, width, rows, chunks, vec);
         } else {
-            hc_dots_tiled_kernel<24>
-                <<<dim3(static_cast<unsigned>(chunks), tiles, blocks_for(rows, 24)), kThreads, 0, stream>>>(
-                    part, f, fn, tokens, width, rows, chunks, vec);
+            launch_pdl(hc_dots_tiled_kernel<24>, dim3(static_cast<unsigned>(chunks), tiles, blocks_for(rows, 24)), kThreads, 0, stream, part, f, fn, tokens, width, rows, chunks, vec);
         }
     }
     DI_CUDA_LAUNCH_CHECK();
@@ -455,8 +457,7 @@ void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, i
     mix_in_slabs(streams, rows, width, p.fn, mix_rows, p.tensor_cores, stream,
                  [&](const float* part, int64_t t0, int64_t count, int chunks) {
                      auto kernel = n == 4 ? hc_finish_kernel<4, false> : hc_finish_kernel<0, false>;
-                     kernel<<<blocks_for(count, kFinishTokens), 128, smem, stream>>>(
-                         pre + t0 * n, post + t0 * n, comb + t0 * n * n, part, count, chunks, width, p);
+                     launch_pdl(kernel, blocks_for(count, kFinishTokens), 128, smem, stream, pre + t0 * n, post + t0 * n, comb + t0 * n * n, part, count, chunks, width, p);
                  });
 }
 
@@ -468,8 +469,7 @@ void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t 
     const size_t smem = kFinishTokens * (n + 1) * sizeof(float);
     mix_in_slabs(streams, rows, width, p.fn, n, p.tensor_cores, stream,
                  [&](const float* part, int64_t t0, int64_t count, int chunks) {
-                     hc_finish_kernel<0, true><<<blocks_for(count, kFinishTokens), 128, smem, stream>>>(
-                         pre + t0 * n, nullptr, nullptr, part, count, chunks, width, p);
+                     launch_pdl(hc_finish_kernel<0, true>, blocks_for(count, kFinishTokens), 128, smem, stream, pre + t0 * n, nullptr, nullptr, part, count, chunks, width, p);
                  });
 }
 
@@ -477,11 +477,10 @@ void launch_hc_collapse(float* out, const float* streams, const float* pre, int6
                         cudaStream_t stream) {
     if (rows * d == 0) return;
     if (hc_vec_ok(n, d, {out, streams})) {
-        hc_collapse_vec_kernel<<<hc_vec_grid(rows, d / 4), kHcVecThreads, 0, stream>>>(
-            reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(streams), pre, rows, static_cast<int>(n),
+        launch_pdl(hc_collapse_vec_kernel, hc_vec_grid(rows, d / 4), kHcVecThreads, 0, stream, reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(streams), pre, rows, static_cast<int>(n),
             d / 4);
     } else {
-        hc_collapse_kernel<<<blocks_for(rows * d, 256), 256, 0, stream>>>(out, streams, pre, rows, n, d);
+        launch_pdl(hc_collapse_kernel, blocks_for(rows * d, 256), 256, 0, stream, out, streams, pre, rows, n, d);
     }
     DI_CUDA_LAUNCH_CHECK();
 }
@@ -491,11 +490,10 @@ void launch_hc_post(float* out, const float* y, const float* post, const float* 
     if (rows * n * d == 0) return;
     if (hc_vec_ok(n, d, {out, y, streams})) {
         auto kernel = n == 4 ? hc_post_vec_kernel<4> : hc_post_vec_kernel<0>;
-        kernel<<<hc_vec_grid(rows, d / 4), kHcVecThreads, 0, stream>>>(
-            reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(y), post, comb,
+        launch_pdl(kernel, hc_vec_grid(rows, d / 4), kHcVecThreads, 0, stream, reinterpret_cast<float4*>(out), reinterpret_cast<const float4*>(y), post, comb,
             reinterpret_cast<const float4*>(streams), rows, static_cast<int>(n), d / 4);
     } else {
-        hc_post_kernel<<<blocks_for(rows * n * d, 256), 256, 0, stream>>>(out, y, post, comb, streams, rows, n, d);
+        launch_pdl(hc_post_kernel, blocks_for(rows * n * d, 256), 256, 0, stream, out, y, post, comb, streams, rows, n, d);
     }
     DI_CUDA_LAUNCH_CHECK();
 }

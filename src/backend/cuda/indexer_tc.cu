@@ -99,6 +99,7 @@ __device__ __forceinline__ void wait_all_but_newest() { asm volatile("cp.async.w
 // row of the block's chunk; c <= 16 KS.
 template <int KS, int NT>
 __global__ void __launch_bounds__(kThreads, 1) indexer_tc_kernel(const __grid_constant__ IdxTcParams p) {
+    pdl_prologue();  // see pdl.cuh
     // bf16 row stride of a query slot (16 B of padding: ldmatrix's 8 rows hit distinct banks)
     constexpr int QLD = 16 * KS + 8;
     constexpr int NB = kWarps * NT * 8;  // entries of a block
@@ -263,7 +264,7 @@ void launch_tc(const IdxTcParams& p, int64_t tiles, int64_t chunks, int smem, cu
     auto kernel = indexer_tc_kernel<KS, NT>;
     static std::atomic<uint64_t> configured{0};
     allow_smem(kernel, static_cast<int>(kSmemLimit), configured);
-    kernel<<<dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), kThreads, smem, stream>>>(p);
+    launch_pdl(kernel, dim3(static_cast<unsigned>(tiles), static_cast<unsigned>(chunks)), kThreads, smem, stream, p);
     DI_CUDA_LAUNCH_CHECK();
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::cuda {
 
@@ -96,6 +97,16 @@ void launch_clustered(Kernel kernel, dim3 grid, int cluster_x, int threads, int 
                       const Params& params) {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_config(grid, cluster_x, threads, smem, stream, attr);
+    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+}
+
+// launch_clustered for a kernel that begins with pdl_prologue() (pdl.cuh): programmatic serialization when on.
+template <typename Kernel, typename Params>
+void launch_clustered_pdl(Kernel kernel, dim3 grid, int cluster_x, int threads, int smem, cudaStream_t stream,
+                          const Params& params) {
+    cudaLaunchAttribute attrs[2];
+    cudaLaunchConfig_t cfg = cluster_config(grid, cluster_x, threads, smem, stream, attrs[0]);
+    add_pdl_attribute(cfg, attrs);
     DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
 }
 

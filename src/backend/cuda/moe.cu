@@ -42,6 +42,7 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(int32_t* __res
                                                                   float* __restrict__ weights,
                                                                   const float* __restrict__ logits, int64_t e,
                                                                   const MoeRouteDesc r) {
+    pdl_prologue();  // see pdl.cuh
     extern __shared__ float s[];  // [e] the row's scores
     __shared__ int sel[kMoeRouteMaxK];
     __shared__ float part_v[kRouteThreads / 32], sel_w[kMoeRouteMaxK];
@@ -339,6 +340,7 @@ __device__ __forceinline__ void expert_item(const ExpertParams& p, int e, const 
 // fewer registers (no grouped rows to hold): three blocks per SM then, two otherwise.
 template <int K, int P>
 __global__ void __launch_bounds__(kThreads, P == 1 ? 3 : 2) expert_linear_kernel(const ExpertParams p) {
+    pdl_prologue();  // see pdl.cuh
     extern __shared__ float4 smem[];
     float4* xs = smem;                                              // [P, x_stride4] f32, swizzled rows
     float* red = reinterpret_cast<float*>(smem + P * p.x_stride4);  // [slices, tile, rows] f32
@@ -413,6 +415,7 @@ __global__ void __launch_bounds__(kGroupThreads) moe_group_kernel(int32_t* count
 
 // Any layout: one thread per output element, element-wise decode.
 __global__ void expert_linear_plain_kernel(const ExpertLinearDesc d) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= d.rows * d.n) return;
     const int64_t r = i / d.n, n = i % d.n;
@@ -683,6 +686,7 @@ __device__ __forceinline__ void tc_item(const ExpertTcParams& p, int e, int nr, 
 // Grid (tiles, min(work, 65535)); block (x, y) serves tile x of items y, y + gridDim.y, ...
 template <int K, int DEPTH>
 __global__ void __launch_bounds__(kThreads, 2) expert_tc_kernel(const __grid_constant__ ExpertTcParams p) {
+    pdl_prologue();  // see pdl.cuh
     extern __shared__ __align__(16) uint8_t tc_smem[];
     float* red = reinterpret_cast<float*>(tc_smem);
     int64_t* rows = reinterpret_cast<int64_t*>(tc_smem + kTcRedBytes);
@@ -727,7 +731,7 @@ void launch_products(const ExpertParams& p, int64_t tiles, size_t smem, cudaStre
         configured.fetch_or(uint64_t{1} << (dev % 64));
     }
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(p.work, 65535)));
-    kernel<<<grid, kThreads, smem, stream>>>(p);
+    launch_pdl(kernel, grid, kThreads, smem, stream, p);
     DI_CUDA_LAUNCH_CHECK();
 }
 
@@ -776,7 +780,7 @@ void launch_tc(const ExpertTcParams& p, int64_t tiles, size_t smem, cudaStream_t
     static std::atomic<uint64_t> configured{0};
     allow_smem(kernel, kTcHeadBytes + kTcMaxXBytes, configured);
     const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(p.work, 65535)));
-    kernel<<<grid, kThreads, smem, stream>>>(p);
+    launch_pdl(kernel, grid, kThreads, smem, stream, p);
     DI_CUDA_LAUNCH_CHECK();
 }
 
@@ -829,8 +833,7 @@ void launch_moe_route(int32_t* experts, float* weights, const float* logits, int
     if (rows == 0) return;
     DI_ICHECK(e > 0 && e <= kRouteMaxExperts && r.k > 0 && r.k <= kMoeRouteMaxK && r.k <= e, "moe_route: ", e,
               " experts, k ", r.k);
-    moe_route_kernel<<<static_cast<unsigned>(rows), kRouteThreads, static_cast<size_t>(e) * 4, stream>>>(
-        experts, weights, logits, e, r);
+    launch_pdl(moe_route_kernel, static_cast<unsigned>(rows), kRouteThreads, static_cast<size_t>(e) * 4, stream, experts, weights, logits, e, r);
     DI_CUDA_LAUNCH_CHECK();
 }
 
@@ -861,7 +864,7 @@ void launch_expert_linear(const ExpertLinearDesc& d, const WeightDesc& first, bo
     }
     const int64_t stride4 = ceil_div(d.k / 4, 8) * 8;  // fast: k is whole chunks, so a multiple of 4
     if (!fast || stride4 * 16 > kXBytes) {
-        expert_linear_plain_kernel<<<static_cast<unsigned>((d.rows * d.n + 255) / 256), 256, 0, stream>>>(d);
+        launch_pdl(expert_linear_plain_kernel, static_cast<unsigned>((d.rows * d.n + 255) / 256), 256, 0, stream, d);
         DI_CUDA_LAUNCH_CHECK();
         return;
     }

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::cuda {
 
@@ -21,6 +22,7 @@ unsigned row_grid(int64_t r) {
 template <bool kGather>  // gather: dst [r, c] from rows[i]; scatter: rows[i] from src [r, c]
 __global__ void __launch_bounds__(kCopyThreads)
     copy_rows_kernel(float* const* __restrict__ rows, float* __restrict__ packed, int64_t c) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = blockIdx.x;
     float* row = rows[i];
     float* line = packed + i * c;
@@ -38,12 +40,13 @@ __global__ void __launch_bounds__(kCopyThreads)
 template <bool kGather>
 void launch_copy_rows(float* const* rows, float* packed, int64_t r, int64_t c, cudaStream_t stream) {
     if (r * c == 0) return;
-    copy_rows_kernel<kGather><<<row_grid(r), kCopyThreads, 0, stream>>>(rows, packed, c);
+    launch_pdl(copy_rows_kernel<kGather>, row_grid(r), kCopyThreads, 0, stream, rows, packed, c);
     DI_CUDA_LAUNCH_CHECK();
 }
 
 // One block per row of runs [R, 5] = (at, a, na, b, nb).
 __global__ void fill_index_ranges_kernel(int32_t* __restrict__ dst, const int32_t* __restrict__ runs) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t q = blockIdx.x;
     const int32_t* run = runs + 5 * q;
     const int64_t at = run[0], a = run[1], na = run[2], b = run[3], nb = run[4];
@@ -52,11 +55,13 @@ __global__ void fill_index_ranges_kernel(int32_t* __restrict__ dst, const int32_
 }
 
 __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) x[i] += y[i];
 }
 
 __global__ void scale_kernel(float* __restrict__ x, float s, int64_t n) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= s;
 }
@@ -64,6 +69,7 @@ __global__ void scale_kernel(float* __restrict__ x, float s, int64_t n) {
 __global__ void moe_combine_kernel(float* __restrict__ out, const float* __restrict__ routed,
                                    const float* __restrict__ weights, const float* __restrict__ shared, int64_t t,
                                    int64_t k, int64_t d) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= t * d) return;
     const int64_t r = i / d, c = i % d;
@@ -86,26 +92,26 @@ void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_
 
 void launch_fill_index_ranges(int32_t* dst, const int32_t* runs, int64_t r, cudaStream_t stream) {
     if (r == 0) return;
-    fill_index_ranges_kernel<<<row_grid(r), kCopyThreads, 0, stream>>>(dst, runs);
+    launch_pdl(fill_index_ranges_kernel, row_grid(r), kCopyThreads, 0, stream, dst, runs);
     DI_CUDA_LAUNCH_CHECK();
 }
 
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
-    add_kernel<<<blocks_for(n), 256, 0, stream>>>(x, y, n);
+    launch_pdl(add_kernel, blocks_for(n), 256, 0, stream, x, y, n);
     DI_CUDA_LAUNCH_CHECK();
 }
 
 void launch_scale(float* x, float s, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
-    scale_kernel<<<blocks_for(n), 256, 0, stream>>>(x, s, n);
+    launch_pdl(scale_kernel, blocks_for(n), 256, 0, stream, x, s, n);
     DI_CUDA_LAUNCH_CHECK();
 }
 
 void launch_moe_combine(float* out, const float* routed, const float* weights, const float* shared, int64_t t,
                         int64_t k, int64_t d, cudaStream_t stream) {
     if (t * d == 0) return;
-    moe_combine_kernel<<<blocks_for(t * d), 256, 0, stream>>>(out, routed, weights, shared, t, k, d);
+    launch_pdl(moe_combine_kernel, blocks_for(t * d), 256, 0, stream, out, routed, weights, shared, t, k, d);
     DI_CUDA_LAUNCH_CHECK();
 }
 

@@ -1,5 +1,6 @@
 // Row-wise and element-wise kernels: RMSNorm, RoPE, SwiGLU, gated pooling, quantization simulation.
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::cuda {
 
@@ -44,6 +45,7 @@ constexpr int kNormThreads = 256, kNormVec = 4;
 __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* __restrict__ out, const float* __restrict__ x,
                                                                    const float* __restrict__ weight, int64_t cols,
                                                                    float eps) {
+    pdl_prologue();  // see pdl.cuh
     const float4* xr = reinterpret_cast<const float4*>(x + blockIdx.x * cols);
     float4* yr = reinterpret_cast<float4*>(out + blockIdx.x * cols);
     const int n4 = static_cast<int>(cols / 4);
@@ -65,6 +67,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) rms_norm_warp_kernel(float* __
                                                                       const float* __restrict__ x,
                                                                       const float* __restrict__ weight, int64_t rows,
                                                                       int64_t cols, float eps) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowWarps + threadIdx.x / 32;
     if (r >= rows) return;
     const int lane = threadIdx.x % 32, n4 = static_cast<int>(cols / 4);
@@ -77,6 +80,7 @@ __global__ void __launch_bounds__(kRowWarps * 32) rms_norm_warp_kernel(float* __
 
 __global__ void rms_norm_kernel(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ weight,
                                 int64_t cols, float eps) {
+    pdl_prologue();  // see pdl.cuh
     const float* xr = x + blockIdx.x * cols;
     float* yr = out + blockIdx.x * cols;
     float ss = 0;
@@ -91,6 +95,7 @@ __global__ void rms_norm_kernel(float* __restrict__ out, const float* __restrict
 __global__ void rope_kernel(float* __restrict__ x, const int32_t* __restrict__ positions,
                             const float* __restrict__ inv_freq, int64_t rows, int64_t heads, int64_t head_dim,
                             int half, float af, float sign) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= rows * heads * half) return;
     const int pair = static_cast<int>(i % half);
@@ -105,6 +110,7 @@ __global__ void rope_kernel(float* __restrict__ x, const int32_t* __restrict__ p
 
 __global__ void swiglu_kernel(float* __restrict__ out, const float* __restrict__ gate, const float* __restrict__ up,
                               int64_t n, float limit) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = gate[i], u = up[i];
@@ -117,6 +123,7 @@ __global__ void swiglu_kernel(float* __restrict__ out, const float* __restrict__
 
 __global__ void gated_pool_kernel(float* __restrict__ out, const float* __restrict__ kv, const float* __restrict__ gate,
                                   int64_t entries, int64_t slots, int64_t c) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= entries * c) return;
     const int64_t e = i / c, ch = i % c;
@@ -194,10 +201,10 @@ void launch_rms_norm(float* out, const float* x, const float* weight, int64_t ro
         const int v = static_cast<int>((cols + 127) / 128);  // float4s a lane
         auto kernel = v == 1 ? rms_norm_warp_kernel<1> : v == 2 ? rms_norm_warp_kernel<2>
                                                      : v <= 4 ? rms_norm_warp_kernel<4> : rms_norm_warp_kernel<8>;
-        kernel<<<blocks, kRowWarps * 32, 0, stream>>>(out, x, weight, rows, cols, eps);
+        launch_pdl(kernel, blocks, kRowWarps * 32, 0, stream, out, x, weight, rows, cols, eps);
     } else if (vec) {
-        rms_norm_vec_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, stream>>>(out, x, weight, cols, eps);
-    } else rms_norm_kernel<<<static_cast<unsigned>(rows), 256, 0, stream>>>(out, x, weight, cols, eps);
+        launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, out, x, weight, cols, eps);
+    } else launch_pdl(rms_norm_kernel, static_cast<unsigned>(rows), 256, 0, stream, out, x, weight, cols, eps);
     DI_CUDA_LAUNCH_CHECK();
 }
 
@@ -206,21 +213,21 @@ void launch_rope(float* x, const int32_t* positions, const float* inv_freq, int6
     const int half = rope_dim / 2;
     const int64_t n = rows * heads * half;
     if (n == 0) return;
-    rope_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(x, positions, inv_freq, rows, heads, head_dim, half,
+    launch_pdl(rope_kernel, blocks_for(n, 256), 256, 0, stream, x, positions, inv_freq, rows, heads, head_dim, half,
                                                         attention_factor, inverse ? -1.0f : 1.0f);
     DI_CUDA_LAUNCH_CHECK();
 }
 
 void launch_swiglu(float* out, const float* gate, const float* up, int64_t n, float limit, cudaStream_t stream) {
     if (n == 0) return;
-    swiglu_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, gate, up, n, limit);
+    launch_pdl(swiglu_kernel, blocks_for(n, 256), 256, 0, stream, out, gate, up, n, limit);
     DI_CUDA_LAUNCH_CHECK();
 }
 
 void launch_gated_pool(float* out, const float* kv, const float* gate, int64_t entries, int64_t slots, int64_t c,
                        cudaStream_t stream) {
     if (entries * c == 0) return;
-    gated_pool_kernel<<<blocks_for(entries * c, 256), 256, 0, stream>>>(out, kv, gate, entries, slots, c);
+    launch_pdl(gated_pool_kernel, blocks_for(entries * c, 256), 256, 0, stream, out, kv, gate, entries, slots, c);
     DI_CUDA_LAUNCH_CHECK();
 }
 

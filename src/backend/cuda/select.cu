@@ -4,6 +4,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::cuda {
 
@@ -26,6 +27,7 @@ __global__ void __launch_bounds__(kSelectThreads)
     indexer_select_kernel(int32_t* __restrict__ dst, const int32_t* __restrict__ starts,
                           const float* __restrict__ scores, int64_t entries, const int32_t* __restrict__ limits, int k,
                           int32_t base, const int32_t* __restrict__ bases) {
+    pdl_prologue();  // see pdl.cuh
     using Scan = cub::BlockScan<int, kSelectThreads>;
     __shared__ typename Scan::TempStorage scan_storage;
     __shared__ int hist[256];
@@ -104,7 +106,7 @@ __global__ void __launch_bounds__(kSelectThreads)
 void launch_indexer_select(int32_t* dst, const int32_t* starts, const float* scores, int64_t rows, int64_t entries,
                            const int32_t* limits, int k, int32_t base, cudaStream_t stream, const int32_t* bases) {
     if (rows == 0) return;
-    indexer_select_kernel<<<static_cast<unsigned>(rows), kSelectThreads, 0, stream>>>(dst, starts, scores, entries,
+    launch_pdl(indexer_select_kernel, static_cast<unsigned>(rows), kSelectThreads, 0, stream, dst, starts, scores, entries,
                                                                                       limits, k, base, bases);
     DI_CUDA_LAUNCH_CHECK();
 }
