@@ -6,7 +6,7 @@
 # --out: where logs and results go (default: gpu-results/). The test data comes from tests/data.
 # Runs: the CUDA op tests (each op against the CPU op), the V4 golden fixtures on the GPU (in the default GEMM
 # mode and with DEEPINFER_CUDA_GEMM=tc, judged as the bf16 rows of the tolerance table, then with
-# DEEPINFER_CUDA_GEMM=tiled at the fp32 bounds, and with programmatic dependent launch, DEEPINFER_CUDA_PDL=1),
+# DEEPINFER_CUDA_GEMM=tiled at the fp32 bounds, and without programmatic dependent launch, DEEPINFER_CUDA_PDL=0),
 # compute-sanitizer
 # memcheck on the golden full forward and greedy run (and memcheck, racecheck and synccheck on the newer op
 # tests), the golden fixtures in batch-invariant mode, the default model's perplexity on the GPU, the kernel
@@ -66,7 +66,7 @@ step cuda_ops "$bin_cuda_ops_tests"
 step golden_cuda env DEEPINFER_TEST_DEVICE=cuda "$bin_v4_golden_tests"
 step golden_cuda_tc env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_GEMM=tc "$bin_v4_golden_tests"
 step golden_cuda_tiled env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_GEMM=tiled "$bin_v4_golden_tests"
-step golden_cuda_pdl env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_PDL=1 "$bin_v4_golden_tests"
+step golden_cuda_nopdl env DEEPINFER_TEST_DEVICE=cuda DEEPINFER_CUDA_PDL=0 "$bin_v4_golden_tests"
 grep -h "tests ran\|PASSED\|FAILED" "$out/cuda_ops.log" "$out"/golden_cuda*.log | sed 's/^/      /'
 if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     step memcheck env DEEPINFER_TEST_DEVICE=cuda compute-sanitizer --tool memcheck --error-exitcode 1 \

@@ -5,7 +5,9 @@
 // with pdl_prologue(), which waits until the previous kernel has completed and its writes are visible before the
 // kernel touches any global memory, then lets the next kernel start launching. Without the launch attribute the
 // prologue's instructions return at once, so kernels that have it may also be launched the ordinary way.
-// DEEPINFER_CUDA_PDL=1 turns the attribute on (read once per process); off by default until measured.
+// On by default; DEEPINFER_CUDA_PDL=0 turns the attribute off (read once per process). Measured on an H200 (8-layer
+// V4-Flash-width model, every MoE layer hash-routed, step_bench): decode steps at batch 1 / 8 / 32 2.65 / 5.42 / 11.01
+// ms without, 2.34 / 5.03 / 10.72 with.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,7 +30,7 @@ __device__ __forceinline__ void pdl_prologue() {
 inline bool pdl_enabled() {
     static const bool on = [] {
         const char* v = std::getenv("DEEPINFER_CUDA_PDL");
-        return v && *v && std::strcmp(v, "0") != 0;
+        return !v || std::strcmp(v, "0") != 0;
     }();
     return on;
 }
