@@ -42,8 +42,10 @@ public:
 
 protected:
     // E experts' w1, w3 [inter, d] and w2 [d, inter] in `format` (make_weight's), on the host and on the device.
-    // slow_scales: about one FP4 group scale in 8 becomes 0 or 1 (2^-127, 2^-126: the decoder's slow path).
+    // slow_scales: about one FP4 group scale in 8 becomes 0, 1, 127 or 128 (2^-127, 2^-126, 1, 2): the ends of the
+    // fast range and the slow path of the decoders (expert_linear's: below 2; the wgmma kernels': 2 and above).
     using Ffns = testing_support::ExpertFfns;
+    static constexpr uint8_t kEdgeScales[4] = {0, 1, 127, 128};
     Ffns make_ffns(int format, int64_t e, int64_t d, int64_t inter, bool slow_scales = false) {
         Ffns f;
         for (int64_t i = 0; i < e; ++i) {
@@ -54,7 +56,7 @@ protected:
         for (HostWeight& h : f.hw) {
             if (slow_scales)
                 for (uint8_t& s : h.scale)
-                    if (rng_() % 8 == 0) s = static_cast<uint8_t>(rng_() % 2);
+                    if (rng_() % 8 == 0) s = kEdgeScales[rng_() % 4];
         }
         f.place(*gpu_, &storage_);
         return f;

@@ -17,7 +17,7 @@
 // without them), two runs bitwise equal, DEEPINFER_CUDA_DECODE_EXPERTS=linear and lists of more experts than the
 // plan takes (the default sequence, bitwise), and the profile naming the path taken; the decode kernels' variants
 // (DEEPINFER_CUDA_EXPERTS_DECODE_WGS x _BATCH) bitwise equal, FP4 scales on the decoder's slow path included. The
-// other tests run the defaults (4 consumer warpgroups, batch 2). Without a compute capability 9.0 GPU the backend
+// other tests run the defaults (4 consumer warpgroups, batch 4). Without a compute capability 9.0 GPU the backend
 // takes the default sequence and the wgmma-only checks are skipped.
 #include <gtest/gtest.h>
 
@@ -55,7 +55,9 @@ protected:
     // E experts' w1, w3 [inter, d] and w2 [d, inter], FP4 with E8M0 scales per 32, on the host and on the device.
     // The model width's 3.3 GB are drawn 8 bytes at a time (make_weight draws one byte a call).
     using Ffns = testing_support::ExpertFfns;
-    // slow_scales: about one group scale in 8 becomes 0 or 1 (2^-127, 2^-126: the FP4 decoder's slow path).
+    // slow_scales: about one group scale in 8 becomes 0, 1, 127 or 128 (2^-127, 2^-126, 1, 2): the ends of the fast
+    // range and the slow path of the FP4 decoders (expert_linear's: below 2^-125; the wgmma kernels': 2 and above).
+    static constexpr uint8_t kEdgeScales[4] = {0, 1, 127, 128};
     HostWeight fp4_weight(int64_t n, int64_t k, bool slow_scales = false) {
         HostWeight h;
         h.data.resize(n * k / 2);
@@ -67,7 +69,7 @@ protected:
         for (size_t j = 0; j < h.scale.size(); j += 8) {
             uint64_t b = bits_();
             for (size_t i = j; i < j + 8 && i < h.scale.size(); ++i, b >>= 8)
-                h.scale[i] = static_cast<uint8_t>(slow_scales && b % 64 < 8 ? b % 2 : 122 + b % 8);
+                h.scale[i] = slow_scales && b % 64 < 8 ? kEdgeScales[b % 4] : static_cast<uint8_t>(122 + b % 8);
         }
         h.w.rows = n;
         h.w.cols = k;
@@ -381,7 +383,7 @@ TEST_F(CudaRoutedExperts, SwitchAndFallback) {
 }
 
 // The decode kernels' variants, DEEPINFER_CUDA_EXPERTS_DECODE_WGS (2 or 4 consumer warpgroups, the default 4) x
-// DEEPINFER_CUDA_EXPERTS_DECODE_BATCH (1, 2 (the default) or 4 wgmma groups a batch), give bitwise the defaults'
+// DEEPINFER_CUDA_EXPERTS_DECODE_BATCH (1, 2 or 4 (the default) wgmma groups a batch), give bitwise the defaults'
 // outputs: every accumulator sums its k steps in the same order, only which warp holds which weight rows (gate/up on 4
 // warpgroups: W1 and W3 rows interleaved in a slice) and when it issues them change. At the model width with decode
 // tiles of 16 (32 tokens over 256 experts) and 32 tokens (64 tokens, one expert in each token's six); other values are
@@ -401,12 +403,12 @@ TEST_F(CudaRoutedExperts, DecodeVariantsAgreeBitwise) {
     }
 }
 
-// FP4 group scales on the decoder's slow path (about one group in 8 at 2^-127 or 2^-126; a warp holding one decodes
-// its whole stage the slow way, and which rows share a warp differs between the variants): the variants agree
-// bitwise as above, and the defaults pass every check of `check` (the CPU, expert_linear, the prefill path). D 1024,
-// I 384 (8 and 3 stages a tile: the down product's odd count ends on a lone closing stage, which no other test
-// reaches), 16 experts: 32 tokens make runs of about 12 slots (tiles of 16, some of 32), 64 with one expert in every
-// token's six a run of 64 (two tiles of 32).
+// FP4 group scales at the ends of the decoder's fast range and on its slow path (about one group in 8 at 2^-127,
+// 2^-126, 1 or 2; a warp holding a slow one decodes its whole stage the slow way, and which rows share a warp
+// differs between the variants): the variants agree bitwise as above, and the defaults pass every check of `check` (the
+// CPU, expert_linear, the prefill path). D 1024, I 384 (8 and 3 stages a tile: the down product's odd count ends on a
+// lone closing stage, which no other test reaches), 16 experts: 32 tokens make runs of about 12 slots (tiles of 16,
+// some of 32), 64 with one expert in every token's six a run of 64 (two tiles of 32).
 TEST_F(CudaRoutedExperts, DecodeVariantsAgreeBitwiseWithSlowScales) {
     const Ffns f = make_ffns(16, 1024, 384, true);
     if (!wgmma(f)) GTEST_SKIP() << "the wgmma experts do not apply here";

@@ -25,15 +25,21 @@
 // each consumer lane reads its 16-byte chunk once (conflict-free ld.shared.v4) and decodes it once.
 //
 // A fragments and the k permutation. In a 128-k stage, lane 4 g + c of a warp reads for its rows g and g + 8
-// the 16-byte chunk c (k 32 c .. 32 c + 31: one whole scale group) and decodes it one 32-bit word (8 codes) at
-// a time with fp4_word_to_bf16, which yields the pairs (j, j + 4), j = 0..3 of the word's codes. wgmma step
-// s = 2 w + t (16 k each, 8 steps a stage) uses word w: a0 = pair 2 t (row g), a2 = pair 2 t + 1 (row g), a1/a3
-// the same for row g + 8. The A fragment wants a0 = logical k 2c, 2c+1 and a2 = 2c+8, 2c+9 of the step, so
-// logical k p (0..15) of step s is the real k
-//     kperm(16 s + p) = 32 ((p & 7) >> 1) + 8 (s >> 1) + 2 (s & 1) + (p >> 3) + 4 (p & 1)
-// (a bijection of 0..127). A dot product does not care about k order, so B is stored in that order: column
-// 16 s + p of each 128-block of xb (and of h) holds real column kperm(16 s + p). Launch 0 gathers x that way;
-// launch 1's epilogue scatters h that way (a gate/up feature tile is exactly one 128-block of the down K).
+// the 16-byte chunk c (k 32 c .. 32 c + 31: one whole scale group) and decodes it one 32-bit word (8 codes) at a
+// time with fp4_word_to_a (below), which yields the pairs (0, 2), (1, 3), (4, 6), (5, 7) of the word's codes. wgmma
+// step s = 2 w + t (16 k each, 8 steps a stage) uses word w: a0 = pair 2 t (row g), a2 = pair 2 t + 1 (row g),
+// a1/a3 the same for row g + 8: the four codes 4 t .. 4 t + 3 of word w as (b0, b2), (b1, b3), the k order kperm of
+// wgmma_common.cuh (the FP8 GEMV's). B is stored in that order: column q of each 128-block of xb (and of h) holds
+// real column kperm(q). Launch 0 gathers x that way; launch 1's epilogue scatters h that way (a gate/up feature tile
+// is exactly one 128-block of the down K).
+//
+// FP4 -> bf16 (fp4_word_to_a): byte permutes look up 2|v| (0, 1, 2, 3, 4, 6, 8, 12) for the 8 magnitudes and put
+// each under a byte holding only the code's sign, the bf16 bits of v 2^-132 (a subnormal, exact); one bf16x2
+// multiply by 2^e (E8M0 byte e <= 127) gives v 2^(e - 132) = v 2^S 2^-5, exact in bf16, and the epilogue multiplies
+// the f32 accumulators by 2^5 (exact: every partial sum of the products is scaled by the same power of two). Other
+// scales (e >= 128: 2^S >= 2, never in a checkpoint) multiply by 2^127 and then by 2^S, warp by warp. ~15
+// instructions a word; the earlier decode (bias and FMA, then the signs ORed in) took ~20 (ncu, decode batch 32:
+// the consumers issue-bound, the decode two thirds of their instructions).
 //
 // Tiles: rows of a run in tiles of 128 (decode: 32), the last one rounded up to a wgmma width of 16, 32, 64 or 128
 // (rows past the run's end are zero-filled B rows and never written); a run of 0 rows makes no tile. The tile list is
@@ -87,12 +93,14 @@
 // f0 + 32 sl + 8 (r / 16) + r % 8, of W1 where r % 16 < 8, else of W3), and the epilogue pairs them in registers as
 // before; down slice sl is W2 rows f0 + 64 sl ... The empty barriers count 512 consumer threads. Every accumulator
 // sums the same k steps in the same order as with 2 warpgroups (only which warp holds which rows changes), so the
-// outputs are bitwise equal. Cost, UNMEASURED: the work a stage proportional to the slices (the FP4 decode, the
-// scale loads, the wgmmas) halves per warp, the rest (barrier wait, fences, descriptors, commits) does not: ~330
-// instructions a warp, ~1,320 a scheduler against ~1,190 (+11%), to be repaid by the issue slots busy more of the
-// time with twice the warps to pick from: break-even at ~65% busy, ~20% faster at 80%. Batch (G) groups a batch put
-// 2 G independent word decodes in flight per warp (2-warpgroup: 4 G); G = 4 (one batch a stage) matches the
-// 2-warpgroup default's 8.
+// outputs are bitwise equal. Cost: the work a stage proportional to the slices (the FP4 decode, the scale loads, the
+// wgmmas) halves per warp, the rest (barrier wait, fences, descriptors, commits) does not: ~330 instructions a warp,
+// ~1,320 a scheduler against ~1,190 (+11%), repaid by the issue slots busy more of the time with twice the warps to
+// pick from. Batch (G) groups a batch put 2 G independent word decodes in flight per warp (2-warpgroup: 4 G).
+// Measured (H200, gemv_bench --experts-only, 32 tokens, ~132 experts, the whole op): 2 warpgroups at G = 2 901 us
+// (46% of the HBM rate), 4 at G = 2 813 us, 4 at G = 4 (the default) 792 us (52%); the step at batch 32 with every
+// MoE layer hash-routed 11.12 -> 10.22 ms. Still issue-bound: the FP4 -> bf16 decode is ~20 instructions a word of 8
+// codes, about two thirds of a consumer warp's instructions a stage.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -159,12 +167,12 @@ struct Ring {
     static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory");
 };
 using PrefillRing = Ring<128, 4>;  // 50176-byte stages
-// The decode rings (25600-byte stages): DEEPINFER_CUDA_EXPERTS_DECODE_BATCH = 1, 2 (default) or 4 picks the batch and
-// DEEPINFER_CUDA_EXPERTS_DECODE_WGS = 2 or 4 (default) the consumer warpgroups, to measure which is best; the others
-// go once measured.
+// The decode rings (25600-byte stages): DEEPINFER_CUDA_EXPERTS_DECODE_BATCH = 1, 2 or 4 (default) picks the batch and
+// DEEPINFER_CUDA_EXPERTS_DECODE_WGS = 2 or 4 (default) the consumer warpgroups. Measured on an H200 (gemv_bench
+// --experts-only, 32 tokens, ~132 experts): WGS 2 / 4 at BATCH 1 913 / 834 us, BATCH 2 901 / 813, BATCH 4 878 / 792.
 template <int Batch, int Wgs>
 using DecodeRingOf = Ring<32, 8, Batch, Wgs>;
-using DecodeRing = DecodeRingOf<2, 4>;  // the defaults (the plan's tiles hold DecodeRing::kMaxN rows, as every one's)
+using DecodeRing = DecodeRingOf<4, 4>;  // the defaults (the plan's tiles hold DecodeRing::kMaxN rows, as every one's)
 
 struct Tile {
     int expert, feature0, row0, rows;  // rows 1..kMaxN of the ring it runs on
@@ -189,30 +197,39 @@ struct Params {
     float limit;  // SwiGLU clamp (gate/up; 0: none)
 };
 
-// Real column (within a 128-block) of stored column q; see the header comment.
-__host__ __device__ constexpr int kperm(int q) {
-    return 32 * ((q & 7) >> 1) + 8 * (q >> 5) + 2 * ((q >> 4) & 1) + ((q >> 3) & 1) + 4 * (q & 1);
-}
-// Stored column of real column k.
-__host__ __device__ constexpr int kperm_inv(int k) {
-    const int c = k >> 5, w = (k >> 3) & 3, r = k & 7;
-    return 16 * (2 * w + ((r >> 1) & 1)) + 8 * (r & 1) + 2 * c + (r >> 2);
-}
-static_assert(inverse_permutations_of_128<kperm, kperm_inv>(), "kperm and kperm_inv are inverse permutations");
-static_assert(kperm(0) == 0 && kperm(1) == 4 && kperm(2) == 32 && kperm(8) == 1 && kperm(16) == 2 && kperm(32) == 8,
-              "lane c = 1 holds chunk 1 (k 32..); a2 is k + 1; step 1 is k + 2; word 1 is k + 8");
-
 // ---- the kernels ----------------------------------------------------------------------------------------------
 
-// FP4 scale constants for fp4_word_to_bf16<false> followed, where a warp holds any other scale, by the multiply by
-// post: the fast ones with post = 1 where they apply (exact either way).
-__device__ __forceinline__ chunks::Fp4Scale fp4_scale_any(uint32_t e) {
-    if (chunks::fp4_fast_scale(e)) {
-        chunks::Fp4Scale s = chunks::fp4_scale<false>(e);
-        s.post = 0x3f803f80u;  // bf16 1.0 pair
-        return s;
-    }
-    return chunks::fp4_scale<true>(e);
+// The accumulators hold the products times 2^-kAccExp (see "FP4 -> bf16" in the header).
+constexpr float kAccScale = 32.0f;  // 2^kAccExp
+constexpr uint32_t kAccExp = 5;
+
+// Multipliers of fp4_word_to_a's output for the E8M0 scale byte e (bf16 pairs): alpha = 2^e where e <= 127 (post =
+// 1); else alpha = 2^127 and post = 2^(e - 127) (NaN for e = 255), which a warp applies only where one of its lanes
+// holds such a scale.
+struct Fp4Scale {
+    uint32_t alpha, post;
+};
+__device__ __forceinline__ bool fp4_fast_scale(uint32_t e) { return e <= 127u; }
+__device__ __forceinline__ Fp4Scale fp4_scale(uint32_t e) {
+    if (fp4_fast_scale(e)) return {(e + 127u) * 0x00800080u, 0x3f803f80u};
+    return {0x7f007f00u, e == 255u ? 0x7fc07fc0u : e * 0x00800080u};
+}
+static_assert(kAccScale == float(1u << kAccExp) && 132 - 127 == kAccExp, "2^e v 2^-132 = 2^S v 2^-kAccExp");
+
+// One 32-bit word of 8 e2m1 codes (low nibble first) -> the bf16 pairs o = (c0, c2), (c1, c3), (c4, c6), (c5, c7)
+// of v_i 2^(e - 132), for alpha = 2^e (fp4_scale). A pair is (the 2|v| byte, the sign byte, ...): bf16 subnormals
+// 2|v| 2^-133, which the multiply makes exact normal (or subnormal) bf16 values; sign and zero carry through.
+__device__ __forceinline__ void fp4_word_to_a(uint32_t u, uint32_t alpha, uint32_t (&o)[4]) {
+    constexpr uint32_t kLo = 0x03020100u, kHi = 0x0c080604u;   // byte c: 2|v| of magnitude code c
+    const uint32_t m = u & 0x77777777u;                        // the magnitudes (a selector nibble's bit 3 is clear)
+    const uint32_t n0 = chunks::byte_perm(kLo, kHi, m);        // bytes: 2|v| of codes 0, 1, 2, 3
+    const uint32_t n1 = chunks::byte_perm(kLo, kHi, m >> 16);  // codes 4, 5, 6, 7
+    const uint32_t odd = u & 0x80808080u;                      // byte b: the sign of code 2 b + 1 at bit 7
+    const uint32_t even = (u << 4) & 0x80808080u;              // byte b: the sign of code 2 b
+    o[0] = chunks::mul_bf16x2(chunks::byte_perm(n0, even, 0x5240u), alpha);  // (c0, c2)
+    o[1] = chunks::mul_bf16x2(chunks::byte_perm(n0, odd, 0x5341u), alpha);   // (c1, c3)
+    o[2] = chunks::mul_bf16x2(chunks::byte_perm(n1, even, 0x7260u), alpha);  // (c4, c6)
+    o[3] = chunks::mul_bf16x2(chunks::byte_perm(n1, odd, 0x7361u), alpha);   // (c5, c7)
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
@@ -326,7 +343,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
     const uint8_t* sw = ring_ptr + st * R::kStageBytes + R::kBBytes;
     const uint8_t* ss = sw + kWBytes;
     uint4 raw[M][2];
-    chunks::Fp4Scale sc[M][2];
+    Fp4Scale sc[M][2];
     bool slow = false;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -335,13 +352,12 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
             const int sl = M * wg + m, r = arow + 8 * h;
             raw[m][h] = *reinterpret_cast<const uint4*>(sw + sl * kSliceWBytes + r * 64 + c * 16);
             const uint32_t e = ss[sl * kSliceSBytes + r * 4 + c];
-            slow |= !chunks::fp4_fast_scale(e);
-            sc[m][h] = fp4_scale_any(e);
+            slow |= !fp4_fast_scale(e);
+            sc[m][h] = fp4_scale(e);
         }
     }
-    // Scales outside the fast range (never in a released checkpoint) multiply by post, the whole warp together:
-    // the multiply was a sixth of the decode's instructions (ncu, decode batch 32: the consumers issue-bound).
-    // After the sign is ORed in rather than before (mul by a positive power of two keeps it): the same bits.
+    // Scales outside the fast range (2^S >= 2: never in a checkpoint) multiply by post, the whole warp together
+    // (the consumers are issue-bound).
     const bool any_slow = __any_sync(0xffffffffu, slow);
     const uint32_t sb = ring + st * R::kStageBytes;
     // The stage's B descriptors differ only in the address field (bits 0-13, address / 16; shared memory is below
@@ -358,8 +374,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
 #pragma unroll
             for (int m = 0; m < M; ++m)
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
-                    chunks::fp4_word_to_bf16<false>(word_of(raw[m][h], G * bt + g), sc[m][h], a[g][m][h]);
+                for (int h = 0; h < 2; ++h) fp4_word_to_a(word_of(raw[m][h], G * bt + g), sc[m][h].alpha, a[g][m][h]);
         if (any_slow) {
 #pragma unroll
             for (int g = 0; g < G; ++g)
@@ -445,7 +460,10 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
 #pragma unroll
     for (int i = 0; i < kAcc; ++i)
 #pragma unroll
-        for (int m = 0; m < M; ++m) pin(acc[m][i]);
+        for (int m = 0; m < M; ++m) {
+            pin(acc[m][i]);
+            acc[m][i] *= kAccScale;  // the decoded weights were 2^-kAccExp of their values
+        }
     if constexpr (kGateUp) {
         uint16_t* h = static_cast<uint16_t*>(p.out) + static_cast<int64_t>(t.row0) * p.out_cols + t.feature0;
 #pragma unroll
@@ -549,11 +567,9 @@ __global__ void to_bf16_permuted_kernel(uint16_t* __restrict__ xb, const float* 
     const int64_t r = i / per_row;
     const int ch = static_cast<int>(i % per_row), m = ch & 15;
     const float* row = in_rows ? in_rows[r] : x + r * k;
-    const float* src = row + (ch >> 4) * kBK + kperm(8 * m);  // kperm(8 m + j) = kperm(8 m) + 32 (j / 2) + 4 (j % 2)
-    *reinterpret_cast<uint4*>(xb + r * k + 8 * ch) = bf16_chunk_of<4>(src);
+    const float* src = row + (ch >> 4) * kBK + kperm(8 * m);
+    *reinterpret_cast<uint4*>(xb + r * k + 8 * ch) = bf16_chunk_of(src);
 }
-static_assert(kperm(8 * 5 + 3) == kperm(8 * 5) + 32 + 4 && kperm(8 * 6 + 6) == kperm(8 * 6) + 96,
-              "the 8 stored columns of a chunk are 8 real columns 32 (j / 2) + 4 (j % 2) past the first");
 
 // ---- decode: the plan built on the device ----
 
@@ -831,7 +847,7 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
               "routed_experts_wgmma: ", rows, " rows (", rows_per_input, " per input), ", num_experts, " experts, D ",
               d, ", I ", inter);
     const char* env = std::getenv("DEEPINFER_CUDA_EXPERTS_DECODE_BATCH");  // read per call: tests switch them
-    const std::string batch_env = env ? env : "2";
+    const std::string batch_env = env ? env : "4";
     DI_CHECK(batch_env == "1" || batch_env == "2" || batch_env == "4",
              "DEEPINFER_CUDA_EXPERTS_DECODE_BATCH must be 1, 2 or 4, not '", batch_env, "'");
     const int batch = batch_env[0] - '0';

@@ -25,9 +25,8 @@
 // k 32 c .. 32 c + 31 (chunks 2 c and 2 c + 1; kSlices 2: only the chunk 2 c + w / 2 of its k half). Word u of them
 // (k 32 c + 4 u .. + 3, bytes b0..b3) feeds wgmma step s = u: a0 / a1 = the pair (b0, b2) of rows g / g + 8, a2 / a3 =
 // (b1, b3). The A fragment wants a0 = logical k 2c, 2c+1 and a2 = 2c+8, 2c+9 of the step, so logical k p (0..15) of
-// step s is the real k
-//     kperm(16 s + p) = 32 ((p & 7) >> 1) + 4 s + 2 (p & 1) + (p >> 3)
-// (a bijection of 0..127), and B is stored in that order: column q of each 128-block of xb holds x's column kperm(q).
+// step s is the real k kperm(16 s + p) (wgmma_common.cuh), and B is stored in that order: column q of each 128-block
+// of xb holds x's column kperm(q).
 //
 // FP8 -> bf16 without conversion instructions (E8M0 scale byte e <= 134): a byte permute with sign replication puts
 // the bytes b0, b2 (b1, b3) at the low ends of the two halves, sign-extended; << 4 and a mask leave the sign at bit
@@ -128,20 +127,6 @@ struct Geometry {
     static_assert(kStages >= 4 && kSmemBytes <= kSmemLimit, "one CTA's shared memory");
     static_assert(kPartBytes <= kRingBytes, "the cluster partials fit over the drained ring");
 };
-
-// Real column (within a 128-block) of stored column q; see the header comment.
-__host__ __device__ constexpr int kperm(int q) {
-    return 32 * ((q & 7) >> 1) + 4 * (q >> 4) + 2 * (q & 1) + ((q >> 3) & 1);
-}
-// Stored column of real column k.
-__host__ __device__ constexpr int kperm_inv(int k) {
-    return 16 * ((k >> 2) & 7) + 8 * (k & 1) + 2 * (k >> 5) + ((k >> 1) & 1);
-}
-static_assert(inverse_permutations_of_128<kperm, kperm_inv>(), "kperm and kperm_inv are inverse permutations");
-static_assert(kperm(0) == 0 && kperm(1) == 2 && kperm(2) == 32 && kperm(8) == 1 && kperm(9) == 3 && kperm(16) == 4,
-              "a0 = (b0, b2) and a2 = (b1, b3) of word s of lane c's 32 bytes, c = 1 at k 32; step 1 is word 1");
-static_assert(kperm(8 * 5 + 3) == kperm(8 * 5) + 32 + 2 && kperm(8 * 6 + 6) == kperm(8 * 6) + 96,
-              "the 8 stored columns of a chunk are 8 real columns 32 (j / 2) + 2 (j % 2) past the first");
 
 struct WgJob {
     const uint8_t* data;   // FP8 [w rows, k]
@@ -541,7 +526,7 @@ __global__ void gemv_wgmma_x_kernel(const __grid_constant__ PrologueParams a) {
     const int64_t r = i / per_row;
     const int ch = static_cast<int>(i % per_row), m = ch & 15;
     const float* src = a.x[blockIdx.y] + r * a.lda[blockIdx.y] + (ch >> 4) * kBK + kperm(8 * m);
-    *reinterpret_cast<uint4*>(a.xb[blockIdx.y] + r * a.k + 8 * ch) = bf16_chunk_of<2>(src);
+    *reinterpret_cast<uint4*>(a.xb[blockIdx.y] + r * a.k + 8 * ch) = bf16_chunk_of(src);
 }
 
 // ---- host ----

@@ -155,15 +155,34 @@ constexpr bool inverse_permutations_of_128() {
     return true;
 }
 
-// 8 activations src[32 (j / 2) + kPair (j % 2)], j = 0..7, rounded to bf16 (nearest even) as one 16-byte chunk: the
-// 8 stored columns of a chunk of a kernel's permuted k order (experts_wgmma.cu: kPair 4; gemv_wgmma.cu: 2).
-template <int kPair>
+// The k order of both wgmma kernels' B operands within a 128-column block: stored column q holds real column kperm(q).
+// In a 128-k stage, lane 4 g + c of a warp holds for its A rows the 32 real k 32 c .. 32 c + 31, decoded four codes
+// at a time (k 32 c + 4 s .. + 3, codes b0..b3 in memory order) for wgmma step s as the pairs a0 = (b0, b2) and
+// a2 = (b1, b3) (gemv_wgmma.cu: one FP8 word; experts_wgmma.cu: half an FP4 word). The A fragment wants a0 = logical
+// k 2c, 2c+1 and a2 = 2c+8, 2c+9 of the step, so logical k p (0..15) of step s is the real k
+//     kperm(16 s + p) = 32 ((p & 7) >> 1) + 4 s + 2 (p & 1) + (p >> 3)
+// (a bijection of 0..127; a dot product does not care about k order, so the activations are stored in that order).
+__host__ __device__ constexpr int kperm(int q) {
+    return 32 * ((q & 7) >> 1) + 4 * (q >> 4) + 2 * (q & 1) + ((q >> 3) & 1);
+}
+// Stored column of real column k.
+__host__ __device__ constexpr int kperm_inv(int k) {
+    return 16 * ((k >> 2) & 7) + 8 * (k & 1) + 2 * (k >> 5) + ((k >> 1) & 1);
+}
+static_assert(inverse_permutations_of_128<kperm, kperm_inv>(), "kperm and kperm_inv are inverse permutations");
+static_assert(kperm(0) == 0 && kperm(1) == 2 && kperm(2) == 32 && kperm(8) == 1 && kperm(9) == 3 && kperm(16) == 4,
+              "a0 = (b0, b2) and a2 = (b1, b3) of the 4 codes of step s of lane c's 32, c = 1 at k 32; step 1 is k 4");
+static_assert(kperm(8 * 5 + 3) == kperm(8 * 5) + 32 + 2 && kperm(8 * 6 + 6) == kperm(8 * 6) + 96,
+              "the 8 stored columns of a chunk are 8 real columns 32 (j / 2) + 2 (j % 2) past the first");
+
+// 8 activations src[32 (j / 2) + 2 (j % 2)], j = 0..7, rounded to bf16 (nearest even) as one 16-byte chunk: the 8
+// stored columns 8 m .. 8 m + 7 of a block in kperm order, src = the block + kperm(8 m).
 __device__ __forceinline__ uint4 bf16_chunk_of(const float* __restrict__ src) {
     uint4 o;
-    o.x = mma::pack_bf16(__ldg(src), __ldg(src + kPair));
-    o.y = mma::pack_bf16(__ldg(src + 32), __ldg(src + 32 + kPair));
-    o.z = mma::pack_bf16(__ldg(src + 64), __ldg(src + 64 + kPair));
-    o.w = mma::pack_bf16(__ldg(src + 96), __ldg(src + 96 + kPair));
+    o.x = mma::pack_bf16(__ldg(src), __ldg(src + 2));
+    o.y = mma::pack_bf16(__ldg(src + 32), __ldg(src + 34));
+    o.z = mma::pack_bf16(__ldg(src + 64), __ldg(src + 66));
+    o.w = mma::pack_bf16(__ldg(src + 96), __ldg(src + 98));
     return o;
 }
 
