@@ -143,10 +143,20 @@ constexpr int kSBytes = kSlices * kSliceSBytes;      // 1024
 // and 4 stages; decode (routed_experts) tiles of up to 32 tokens, whose smaller B (8 KB a stage, not 32 KB) leaves
 // room for 8 stages: twice the weight bytes in flight per SM (see "Decode" in the header comment).
 // Batch: wgmma groups per commit batch for tiles of up to 32 tokens (see stage()). Wgs: consumer warpgroups, each
-// owning kSlices / Wgs slices (4: decode only, see "Decode" in the header comment).
+// owning kSlices / Wgs slices (4: decode only, see "Decode" in the header comment). kPair (the 4-warpgroup rings):
+// the stages go in pairs, each pair one slot of the ring with one full and one empty barrier, loaded together so
+// that each weight row is read as one 128-byte run (bench/results/hbm_row_segments_*: 64-byte runs, one a stage,
+// cap the HBM at ~59% of its rate; 128-byte runs reach ~96%). A tile takes a whole number of slots (an odd last
+// stage leaves its slot's second half unused).
 template <int MaxN, int Stages, int Batch = 1, int Wgs = 2>
 struct Ring {
     static constexpr int kMaxN = MaxN, kStages = Stages, kBatch = Batch, kWgs = Wgs;
+    static constexpr bool kPair = Wgs == 4;
+    static constexpr int kBars = kPair ? kStages / 2 : kStages;  // full (and empty) barriers: one a slot
+    // The ring's stage count at the end of a tile of nk stages that began at `it`.
+    static __host__ __device__ constexpr int stages_after(int it, int nk) { return it + (kPair ? (nk + 1) & ~1 : nk); }
+    // The barrier of stage s (the CTA's stage count): its slot in the ring.
+    static __device__ __forceinline__ int bar_of(int s) { return (s % kStages) / (kPair ? 2 : 1); }
     static constexpr int kWgSlices = kSlices / kWgs;  // A slices, and accumulators, per consumer warpgroup
     static constexpr int kConsumerThreads = 128 * kWgs;
     static constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -165,6 +175,7 @@ struct Ring {
     static_assert(kWgs == 2 || (kWgs == 4 && kMaxN <= 32), "2 consumer warpgroups, or 4 on decode tiles");
     static_assert(kStageBytes % 1024 == 0, "stages keep the 128-byte swizzle atoms 1024-byte aligned");
     static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory");
+    static_assert(!kPair || kStages % 2 == 0, "whole slots of two stages");
 };
 using PrefillRing = Ring<128, 4>;  // 50176-byte stages
 // The decode rings (25600-byte stages): DEEPINFER_CUDA_EXPERTS_DECODE_BATCH = 1, 2 or 4 (default) picks the batch and
@@ -251,6 +262,28 @@ __device__ __forceinline__ void slice_row(const ExpertPtrs& e, int f0, int sl, i
     scale = e.scale[which] + row * (k / 32);
 }
 
+// A producer thread's roles for the scales and B (both produce functions). Scales: row s_row = pt % 64 of slices
+// s_sl = pt / 64 and s_sl + 2 (4 bytes a stage), stored at s_dst of a stage. B: rows n = n0 + 8 j, 16-byte chunk kc
+// (8 stored columns) -> column block kc / 8, atom row n, chunk (kc % 8) ^ (n % 8), where n % 8 = n0 % 8 for every j,
+// stored at b_dst + 1024 j; read from b_src + n k. Rows past the run are zero-filled from a valid address.
+struct StageRoles {
+    int s_row, s_sl, n0;
+    uint32_t s_dst, b_dst;
+    const uint16_t* b_src;
+};
+template <class R>
+__device__ __forceinline__ StageRoles stage_roles(const Params& p, const Tile& t, int pt) {
+    StageRoles r;
+    r.s_row = pt & 63;
+    r.s_sl = pt >> 6;
+    r.s_dst = static_cast<uint32_t>(R::kBBytes + kWBytes + r.s_sl * kSliceSBytes + r.s_row * 4);
+    const int kc = pt & 15;
+    r.n0 = pt >> 4;
+    r.b_dst = static_cast<uint32_t>((kc >> 3) * R::kColBlockBytes + r.n0 * 128 + (((kc & 7) ^ (r.n0 & 7)) << 4));
+    r.b_src = p.act + static_cast<int64_t>(t.row0) * p.k + kc * 8;
+    return r;
+}
+
 // Each producer thread keeps fixed roles across stages (few registers: it runs on kProducerRegs): B chunk column
 // kc = pt % 16 of rows n = pt / 16 + 8 j; W chunk ch = pt % 4 of rows r0 = pt / 4 and r0 + 32 of every slice; the
 // scale words of row pt % 64 of slices pt / 64 and pt / 64 + 2. Pointers advance with the stage instead of being
@@ -276,18 +309,13 @@ __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_lo
                    w_half = static_cast<uint32_t>((kOneSource ? 16 : 32) * (k / 2));
     const uint32_t w_slice = static_cast<uint32_t>(32 * (k / 2));
     const uint32_t w_dst = static_cast<uint32_t>(R::kBBytes + r0 * 64 + ch * 16);
-    // Scales: row pt % 64 of slices pt / 64 and pt / 64 + 2 (advance 4 bytes a stage).
-    const int s_row = pt & 63, s_sl = pt >> 6;
-    const uint8_t *s_src0, *s_src1;
-    slice_row<kGateUp, R::kWgs>(e, t.feature0, s_sl, s_row, k, unused, s_src0);
-    slice_row<kGateUp, R::kWgs>(e, t.feature0, s_sl + 2, s_row, k, unused, s_src1);
-    const uint32_t s_dst = static_cast<uint32_t>(R::kBBytes + kWBytes + s_sl * kSliceSBytes + s_row * 4);
-    // B: row n = n0 + 8 j, 16-byte chunk kc (8 stored columns) -> column block kc / 8, atom row n, chunk
-    // (kc % 8) ^ (n % 8), where n % 8 = n0 % 8 for every j. Rows past the run are zero-filled from a valid address.
-    const int kc = pt & 15, n0 = pt >> 4;
-    const uint32_t b_dst =
-        static_cast<uint32_t>((kc >> 3) * R::kColBlockBytes + n0 * 128 + (((kc & 7) ^ (n0 & 7)) << 4));
-    const uint16_t* b_src = p.act + static_cast<int64_t>(t.row0) * k + kc * 8;
+    const StageRoles roles = stage_roles<R>(p, t, pt);
+    const int n0 = roles.n0;
+    const uint32_t s_dst = roles.s_dst, b_dst = roles.b_dst;
+    const uint16_t* b_src = roles.b_src;
+    const uint8_t *s_src0, *s_src1;  // advance 4 bytes a stage
+    slice_row<kGateUp, R::kWgs>(e, t.feature0, roles.s_sl, roles.s_row, k, unused, s_src0);
+    slice_row<kGateUp, R::kWgs>(e, t.feature0, roles.s_sl + 2, roles.s_row, k, unused, s_src1);
 #pragma unroll 1
     for (int kb = 0; kb < nk; ++kb) {
         const int st = (it + kb) % R::kStages;
@@ -315,6 +343,66 @@ __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_lo
     }
 }
 
+// produce() for the paired rings (R::kPair, 4 consumer warpgroups): slot q of the tile holds stages 2 q and 2 q + 1
+// (k 256 q .. 256 q + 255) in two consecutive stage buffers of the usual layout, behind one full barrier. Roles: W
+// 16-byte chunk ch = pt % 8 of the row's 128-byte run (stage half ch / 4, chunk ch % 4 of its 64 bytes) of rows
+// rr = pt / 8 + 16 j (j = 0..3) of every slice, so 8 consecutive threads read one row's 128 bytes with one
+// instruction. Those rows are one matrix a thread (gate/up: rows 8 j + rr % 8 of W1 or W3 as rr < 8 or not, 32 a
+// slice apart; down: W2 rows rr + 16 j, 64 a slice apart; see slice_row). B and the scales as in produce(), per half.
+template <bool kGateUp, class R>
+__device__ __forceinline__ void produce_pairs(const Params& p, const Tile& t, int n_load, uint32_t ring, uint32_t bars,
+                                              int it) {
+    static_assert(R::kPair && R::kWgs == 4 && kProducerThreads == 128 && kSlices == 4 && kSliceRows == 64, "roles");
+    const int pt = threadIdx.x - R::kConsumerThreads;  // 0 .. kProducerThreads - 1
+    const ExpertPtrs& e = p.experts[t.expert];
+    const int k = p.k, nk = k / kBK;
+    const int ch = pt & 7, half = ch >> 2, rr = pt >> 3;
+    const uint8_t *wd, *unused;
+    slice_row<kGateUp, 4>(e, t.feature0, 0, rr, k, wd, unused);  // row rr of slice 0 (j = 0)
+    wd += ch * 16;
+    const uint32_t row_bytes = static_cast<uint32_t>(k / 2);
+    const uint32_t j_step = (kGateUp ? 8 : 16) * row_bytes, sl_step = (kGateUp ? 32 : 64) * row_bytes;
+    const uint32_t w_dst = static_cast<uint32_t>(half * R::kStageBytes + R::kBBytes + rr * 64 + (ch & 3) * 16);
+    const StageRoles roles = stage_roles<R>(p, t, pt);
+    const int n0 = roles.n0;
+    const uint32_t s_dst = roles.s_dst, b_dst = roles.b_dst;
+    const uint16_t* b_src = roles.b_src;
+    const uint8_t* s_src;  // row s_row of slice s_sl; of slice s_sl + 2 at + s_far (2 slices: 64 or 128 rows on)
+    slice_row<kGateUp, 4>(e, t.feature0, roles.s_sl, roles.s_row, k, unused, s_src);
+    const uint32_t s_far = static_cast<uint32_t>((kGateUp ? 64 : 128) * (k / 32));
+#pragma unroll 1
+    for (int kb = 0; kb < nk; kb += 2) {
+        const int s = it + kb, st = s % R::kStages, bar = R::bar_of(s);
+        mbar_wait(bars + 8 * (R::kBars + bar), ((s / R::kStages) & 1) ^ 1);  // the first round passes at once
+        const uint32_t sb = ring + st * R::kStageBytes;  // stage kb; stage kb + 1 follows at + kStageBytes
+        const int halves = kb + 1 < nk ? 2 : 1;
+#pragma unroll 1
+        for (int h = 0; h < halves; ++h)
+#pragma unroll 1
+            for (int n = n0; n < n_load; n += 8) {
+                const bool valid = n < t.rows;
+                mma::cp_async16(sb + h * R::kStageBytes + b_dst + (n - n0) * 128, b_src + h * kBK + (valid ? n * k : 0),
+                                valid ? 16 : 0);
+            }
+        if (half < halves) {
+            const uint8_t* src = wd;  // stepped rather than 16 pointers live: the producer runs on 32 registers
+#pragma unroll
+            for (int sl = 0; sl < kSlices; ++sl, src += sl_step - 4 * j_step)
+#pragma unroll
+                for (int j = 0; j < 4; ++j, src += j_step)
+                    mma::cp_async16(sb + w_dst + sl * kSliceWBytes + j * 16 * 64, src, 16);
+        }
+        for (int h = 0; h < halves; ++h) {
+            mma::cp_async4(sb + h * R::kStageBytes + s_dst, s_src + 4 * h);
+            mma::cp_async4(sb + h * R::kStageBytes + s_dst + 2 * kSliceSBytes, s_src + s_far + 4 * h);
+        }
+        wd += kBK;  // two stages' 64 bytes
+        s_src += 2 * (kBK / 32);
+        b_src += 2 * kBK;
+        cp_async_arrive_noinc(bars + 8 * bar);
+    }
+}
+
 __device__ __forceinline__ float swiglu(float g, float u, float limit) {
     if (limit > 0) {
         g = fminf(g, limit);
@@ -337,7 +425,8 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
     static_assert(G == 1 || G == 2 || G == 4, "groups per batch divide the stage's 4 groups");
     constexpr int kBatches = 4 / G, M = R::kWgSlices;  // M: this warpgroup's slices M wg .. M wg + M - 1
     const int st = kb % R::kStages;  // kb: the CTA's stage count so far (tiles before this one included)
-    mbar_wait(bars + 8 * st, (kb / R::kStages) & 1);
+    const int bar = R::bar_of(kb);   // paired stages: the slot's barriers (the first stage of a slot waits)
+    if (!R::kPair || kb % 2 == 0) mbar_wait(bars + 8 * bar, (kb / R::kStages) & 1);
     __syncwarp();
     fence_proxy_async();
     const uint8_t* sw = ring_ptr + st * R::kStageBytes + R::kBBytes;
@@ -416,11 +505,13 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
         if (kClose && bt == kBatches - 1) {
             wgmma_wait<0>();
             // One batch a stage (G = 4): it is also the first, and kb - 1's last batch is done by now as well.
-            if (kAfterOpen && bt == 0) mbar_arrive(bars + 8 * (R::kStages + (kb - 1) % R::kStages));
-            mbar_arrive(bars + 8 * (R::kStages + st));  // stage kb read: hand it back to the producer
+            // Paired stages: kb - 1 is this slot's first stage, handed back with it.
+            if (!R::kPair && kAfterOpen && bt == 0) mbar_arrive(bars + 8 * (R::kBars + R::bar_of(kb - 1)));
+            mbar_arrive(bars + 8 * (R::kBars + bar));  // stage kb read: hand it (or its slot) back to the producer
         } else {
             wgmma_wait<1>();  // the previous batch is done: its A registers are free
-            if (kAfterOpen && bt == 0) mbar_arrive(bars + 8 * (R::kStages + (kb - 1) % R::kStages));  // kb - 1 read
+            if (!R::kPair && kAfterOpen && bt == 0)
+                mbar_arrive(bars + 8 * (R::kBars + R::bar_of(kb - 1)));  // kb - 1 read
         }
     }
 }
@@ -513,11 +604,11 @@ __global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Par
 #else
     extern __shared__ uint8_t smem_raw[];
     uint8_t* ring_ptr = smem_raw + ((1024 - (mma::smem_addr(smem_raw) & 1023)) & 1023);
-    const uint32_t ring = mma::smem_addr(ring_ptr), bars = ring + R::kRingBytes;  // full[kStages], then empty[kStages]
+    const uint32_t ring = mma::smem_addr(ring_ptr), bars = ring + R::kRingBytes;  // full[kBars], then empty[kBars]
     if (threadIdx.x == 0) {
-        for (int s = 0; s < R::kStages; ++s) {
-            mbar_init(bars + 8 * s, kProducerThreads);                    // the producer threads' cp.async arrivals
-            mbar_init(bars + 8 * (R::kStages + s), R::kConsumerThreads);  // every consumer thread (256 or 512)
+        for (int s = 0; s < R::kBars; ++s) {
+            mbar_init(bars + 8 * s, kProducerThreads);                  // the producer threads' cp.async arrivals
+            mbar_init(bars + 8 * (R::kBars + s), R::kConsumerThreads);  // every consumer thread (256 or 512)
         }
     }
     __syncthreads();
@@ -526,16 +617,20 @@ __global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Par
     if (threadIdx.x >= R::kConsumerThreads) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R::kProducerRegs));
         int it = 0;
-        for (int i = blockIdx.x; i < num_tiles; i += gridDim.x, it += nk) {
+        for (int i = blockIdx.x; i < num_tiles; i += gridDim.x, it = R::stages_after(it, nk)) {
             const Tile t = p.tiles[i];
-            produce<kGateUp, R>(p, t, tile_width(t.rows), ring, bars, it);
+            if constexpr (R::kPair) {
+                produce_pairs<kGateUp, R>(p, t, tile_width(t.rows), ring, bars, it);
+            } else {
+                produce<kGateUp, R>(p, t, tile_width(t.rows), ring, bars, it);
+            }
         }
         mma::cp_async_wait_all();
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R::kConsumerRegs));
     int it = 0;
-    for (int i = blockIdx.x; i < num_tiles; i += gridDim.x, it += nk) {
+    for (int i = blockIdx.x; i < num_tiles; i += gridDim.x, it = R::stages_after(it, nk)) {
         const Tile t = p.tiles[i];
         // The plans never make a tile wider than its ring's B (kMaxN rows); the widths past it are not compiled.
         switch (tile_width(t.rows)) {
