@@ -182,11 +182,11 @@ std::vector<int64_t> routed_experts(dsv4::DeepseekV4Model& model, Backend& backe
     return touched;
 }
 
-// A per-op time table (Backend::take_profile) of runs of `steps` steps, if the backend profiles.
+// A per-op time table (Backend::take_profile) of the `steps` timed steps (the warm-ups' ops are dropped: a rare op's
+// first call, with its kernels' first launch, would weigh in its average), if the backend profiles.
 void print_profile(const std::string& table, const std::string& what, int64_t steps) {
     if (table.empty()) return;
-    std::printf("  per-op device time, %s, %lld steps (warm-ups included):\n", what.c_str(),
-                static_cast<long long>(steps));
+    std::printf("  per-op device time, %s, %lld timed steps:\n", what.c_str(), static_cast<long long>(steps));
     std::istringstream lines(table);
     for (std::string line; std::getline(lines, line);) std::printf("    %s\n", line.c_str());
 }
@@ -278,6 +278,7 @@ int main(int argc, char** argv) try {
                     times.push_back(seconds() - s);
                     host_times.push_back(issued - s);
                 }
+                if (step == 1) backend->take_profile();  // drop the warm-ups' ops
             }
             const double ms = median(times) * 1e3, host_ms = median(host_times) * 1e3;
             const double bytes = floors.decode_bytes(batch, context), floor_ms = bytes / (bandwidth_gbs * 1e9) * 1e3;
@@ -303,7 +304,7 @@ int main(int argc, char** argv) try {
                                          {"routed_floor_ms", routed_ms},
                                          {"experts_touched", touched},
                                          {"steps", times.size()}});
-            print_profile(profile, "decode batch " + std::to_string(batch), decode_steps + 2);
+            print_profile(profile, "decode batch " + std::to_string(batch), decode_steps);
         }
     }
 
@@ -325,6 +326,7 @@ int main(int argc, char** argv) try {
                 const double s = seconds();
                 model->forward(inputs);
                 if (r > 0) times.push_back(seconds() - s);  // the first is a warm-up
+                if (r == 0) backend->take_profile();        // and its ops are dropped
             }
             const double ms = median(times) * 1e3, flops = floors.prefill_flops(batch, len);
             const double floor_ms = flops / (matmul_tflops * 1e12) * 1e3;
@@ -340,7 +342,7 @@ int main(int argc, char** argv) try {
                                           {"floor_ms", floor_ms},
                                           {"flops", flops}});
             print_profile(backend->take_profile(), "prefill " + std::to_string(batch) + "x" + std::to_string(len),
-                          repeats + 1);
+                          repeats);
         }
     }
     if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
