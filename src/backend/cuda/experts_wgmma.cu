@@ -284,42 +284,35 @@ __device__ __forceinline__ StageRoles stage_roles(const Params& p, const Tile& t
     return r;
 }
 
-// Each producer thread keeps fixed roles across stages (few registers: it runs on kProducerRegs): B chunk column
-// kc = pt % 16 of rows n = pt / 16 + 8 j; W chunk ch = pt % 4 of rows r0 = pt / 4 and r0 + 32 of every slice; the
-// scale words of row pt % 64 of slices pt / 64 and pt / 64 + 2. Pointers advance with the stage instead of being
-// recomputed (and hoisted) per copy.
+// The producer of the unpaired rings (2 consumer warpgroups; produce_pairs takes the 4-warpgroup ones). Each producer
+// thread keeps fixed roles across stages (few registers: it runs on kProducerRegs): B and the scales as stage_roles
+// says; W chunk ch = pt % 4 of rows r0 = pt / 4 and r0 + 32 of every slice. Pointers advance with the stage instead of
+// being recomputed (and hoisted) per copy.
 template <bool kGateUp, class R>
 __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_load, uint32_t ring, uint32_t bars,
                                         int it) {
-    static_assert(kProducerThreads == 128 && kSlices == 4 && kSliceRows == 64, "the roles below");
+    static_assert(!R::kPair && R::kWgs == 2 && kProducerThreads == 128 && kSlices == 4 && kSliceRows == 64, "roles");
     const int pt = threadIdx.x - R::kConsumerThreads;  // 0 .. kProducerThreads - 1
     const ExpertPtrs& e = p.experts[t.expert];
     const int k = p.k, nk = k / kBK;
     // W: rows r0 and r0 + 32, chunk ch, of each slice (sources: wd[sl] + w_off (+ w_half); wd advances 64 a stage).
-    // 4-warpgroup gate/up slices: row r0 + 32 is 16 source rows past r0 (8 (r / 16) + r % 8), and a thread's rows of
-    // every slice are of one matrix, 32 rows a slice apart: one pointer, wd[0] + sl w_slice (the producer runs on 32
-    // registers there, and spills with four).
-    constexpr bool kOneSource = kGateUp && R::kWgs == 4;
-    constexpr int kSources = kOneSource ? 1 : kSlices;
     const int ch = pt & 3, r0 = pt >> 2;
-    const uint8_t *wd[kSources], *unused;
+    const uint8_t *wd[kSlices], *unused;
 #pragma unroll
-    for (int sl = 0; sl < kSources; ++sl) slice_row<kGateUp, R::kWgs>(e, t.feature0, sl, r0, k, wd[sl], unused);
-    const uint32_t w_off = static_cast<uint32_t>(ch * 16),
-                   w_half = static_cast<uint32_t>((kOneSource ? 16 : 32) * (k / 2));
-    const uint32_t w_slice = static_cast<uint32_t>(32 * (k / 2));
+    for (int sl = 0; sl < kSlices; ++sl) slice_row<kGateUp, 2>(e, t.feature0, sl, r0, k, wd[sl], unused);
+    const uint32_t w_off = static_cast<uint32_t>(ch * 16), w_half = static_cast<uint32_t>(32 * (k / 2));
     const uint32_t w_dst = static_cast<uint32_t>(R::kBBytes + r0 * 64 + ch * 16);
     const StageRoles roles = stage_roles<R>(p, t, pt);
     const int n0 = roles.n0;
     const uint32_t s_dst = roles.s_dst, b_dst = roles.b_dst;
     const uint16_t* b_src = roles.b_src;
     const uint8_t *s_src0, *s_src1;  // advance 4 bytes a stage
-    slice_row<kGateUp, R::kWgs>(e, t.feature0, roles.s_sl, roles.s_row, k, unused, s_src0);
-    slice_row<kGateUp, R::kWgs>(e, t.feature0, roles.s_sl + 2, roles.s_row, k, unused, s_src1);
+    slice_row<kGateUp, 2>(e, t.feature0, roles.s_sl, roles.s_row, k, unused, s_src0);
+    slice_row<kGateUp, 2>(e, t.feature0, roles.s_sl + 2, roles.s_row, k, unused, s_src1);
 #pragma unroll 1
     for (int kb = 0; kb < nk; ++kb) {
         const int st = (it + kb) % R::kStages;
-        mbar_wait(bars + 8 * (R::kStages + st), (((it + kb) / R::kStages) & 1) ^ 1);  // the first round passes at once
+        mbar_wait(bars + 8 * (R::kBars + st), (((it + kb) / R::kStages) & 1) ^ 1);  // the first round passes at once
         const uint32_t sb = ring + st * R::kStageBytes;
 #pragma unroll 1
         for (int n = n0; n < n_load; n += 8) {
@@ -328,12 +321,10 @@ __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_lo
         }
 #pragma unroll
         for (int sl = 0; sl < kSlices; ++sl) {
-            const uint8_t* src = kOneSource ? wd[0] + sl * w_slice : wd[sl % kSources];
-            mma::cp_async16(sb + w_dst + sl * kSliceWBytes, src + w_off, 16);
-            mma::cp_async16(sb + w_dst + sl * kSliceWBytes + 32 * 64, src + w_off + w_half, 16);
-            if (!kOneSource) wd[sl % kSources] += kBK / 2;
+            mma::cp_async16(sb + w_dst + sl * kSliceWBytes, wd[sl] + w_off, 16);
+            mma::cp_async16(sb + w_dst + sl * kSliceWBytes + 32 * 64, wd[sl] + w_off + w_half, 16);
+            wd[sl] += kBK / 2;
         }
-        if (kOneSource) wd[0] += kBK / 2;
         mma::cp_async4(sb + s_dst, s_src0);
         mma::cp_async4(sb + s_dst + 2 * kSliceSBytes, s_src1);
         s_src0 += kBK / 32;
