@@ -455,7 +455,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
             for (int m = 0; m < M; ++m)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) fp4_word_to_a(word_of(raw[m][h], G * bt + g), sc[m][h].alpha, a[g][m][h]);
-        if (any_slow) {
+        if (any_slow) {  // a separate nest: a test per element in the pin loop below grows the fast path (PTX +15%)
 #pragma unroll
             for (int g = 0; g < G; ++g)
 #pragma unroll
