@@ -10,6 +10,7 @@
 
 #include "core/tensor.h"
 #include "core/weight.h"
+#include "deepinfer/error.h"
 
 namespace deepinfer {
 
@@ -120,6 +121,17 @@ public:
     // sinks[h] joins the softmax denominator with a zero value. q [T, H, d], keys [Nk, d], out [T, H, d].
     virtual void sparse_attention(TensorView out, TensorView q, TensorView keys, const int32_t* offsets,
                                   const int32_t* indices, const float* sinks, float scale) = 0;
+    // The same with the keys by address (as gather_rows takes them): key_rows [Nk] I64, each the address of a row
+    // of d floats in this backend's memory (16-byte aligned when d % 4 == 0); indices select among them. The default
+    // gathers them into a table for sparse_attention; device backends read them in place where that saves the copy
+    // (decode, where most keys serve one query row).
+    virtual void sparse_attention_rows(TensorView out, TensorView q, TensorView key_rows, const int32_t* offsets,
+                                       const int32_t* indices, const float* sinks, float scale) {
+        DI_ICHECK(key_rows.dtype() == DType::kI64, "sparse_attention_rows: key_rows must be I64 addresses");
+        Tensor keys = alloc(DType::kF32, Shape{key_rows.numel(), q.dim(2)});
+        gather_rows(keys.view(), key_rows);
+        sparse_attention(out, q, keys.view(), offsets, indices, sinks, scale);
+    }
     // Compressor pooling: out [E, c] = sum_s softmax_s(gate[e, s, :]) * kv[e, s, :], per channel;
     // kv, gate [E, S, c]; a gate of -inf marks an empty slot.
     virtual void gated_pool(TensorView out, TensorView kv, TensorView gate) = 0;

@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -415,6 +416,67 @@ TEST_P(CudaAttention, SparseAttentionRepeatsBitwise) {
             else EXPECT_EQ(v, first) << rows << " rows, call " << i;
         }
     }
+}
+
+// Keys by address (sparse_attention_rows, as the model calls it): the table's rows in a shuffled order, the indices
+// following them, give bitwise sparse_attention's output on the table, on both backends and in batch-invariant
+// mode: decode shapes at head dims 512 and 128 (the tensor-core kernel reads the rows in place), a prefill-like
+// list (it gathers them into a table and copies it to bf16, as sparse_attention does) and a decode list at a head
+// dim that is not a multiple of 4 (in place with scalar loads; rows not 16-byte aligned).
+TEST_P(CudaAttention, SparseAttentionByAddressMatchesTheTable) {
+    struct Case {
+        int64_t heads, d, nkeys;
+        KeyLists lists;
+    };
+    std::vector<Case> cases;
+    for (int64_t rows : {1, 8, 32}) cases.push_back({64, 512, rows + 128 + 1024, decode_lists(rows, 128, 512, 1024)});
+    KeyLists prefill(96);
+    for (int64_t p = 0; p < 96; ++p)
+        for (int64_t k = std::max<int64_t>(0, p - 31); k <= p; ++k) prefill[p].push_back(static_cast<int32_t>(k));
+    cases.push_back({16, 64, 96, prefill});
+    cases.push_back({16, 128, 4 + 32 + 512, decode_lists(4, 32, 64, 512)});
+    cases.push_back({8, 30, 3 + 16 + 400, decode_lists(3, 16, 20, 400)});
+    for (const bool invariant : {false, true})
+        for (const Case& cs : cases) {
+            gpu_->set_batch_invariant(invariant);
+            const int64_t t = static_cast<int64_t>(cs.lists.size());
+            const std::string what =
+                std::to_string(t) + " rows, head_dim " + std::to_string(cs.d) + (invariant ? ", batch-invariant" : "");
+            Tensor q = normal(Shape{t, cs.heads, cs.d}, 1.0f), keys = normal(Shape{cs.nkeys, cs.d}, 1.0f);
+            Tensor sinks = normal(Shape{cs.heads}, 1.0f);
+            const FlatLists f(cs.lists);
+            std::vector<int32_t> perm(static_cast<size_t>(cs.nkeys)), inv(perm.size());
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), rng_);
+            for (size_t i = 0; i < perm.size(); ++i) inv[perm[i]] = static_cast<int32_t>(i);
+            std::vector<int32_t> remapped(f.indices.size());
+            std::transform(f.indices.begin(), f.indices.end(), remapped.begin(), [&](int32_t k) { return inv[k]; });
+            // The address lists: entry i is table row perm[i], on the host (CPU) and on the GPU.
+            auto addresses = [&](const float* base) {
+                Tensor a(DType::kI64, Shape{cs.nkeys});
+                for (int64_t i = 0; i < cs.nkeys; ++i)
+                    a.view().as<int64_t>()[i] =
+                        static_cast<int64_t>(reinterpret_cast<uintptr_t>(base + perm[i] * cs.d));
+                return a;
+            };
+            Tensor cpu_ref(DType::kF32, q.shape()), cpu_out(DType::kF32, q.shape());
+            cpu_->sparse_attention(cpu_ref, q, keys, f.offsets.data(), f.indices.data(), sinks.f32(), scale_of(q));
+            cpu_->sparse_attention_rows(cpu_out, q, addresses(keys.f32()), f.offsets.data(), remapped.data(),
+                                        sinks.f32(), scale_of(q));
+            EXPECT_EQ(host_values(cpu_out), host_values(cpu_ref)) << "CPU, " << what;
+
+            Tensor qd = on_gpu(q), kd = on_gpu(keys), sd = on_gpu(sinks);
+            Tensor off_d = i32_on_gpu(f.offsets), idx_d = i32_on_gpu(f.indices), remapped_d = i32_on_gpu(remapped);
+            Tensor rows_d = on_gpu(addresses(kd.f32()));
+            Tensor ref = nan_filled(q.shape()), out = nan_filled(q.shape());
+            gpu_->sparse_attention(ref, qd, kd, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(), scale_of(q));
+            gpu_->sparse_attention_rows(out, qd, rows_d, off_d.as<int32_t>(), remapped_d.as<int32_t>(), sd.f32(),
+                                        scale_of(q));
+            const std::vector<float> got = download(out), want = download(ref);
+            EXPECT_EQ(got, want) << "GPU, " << what;
+            EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); })) << what;
+        }
+    gpu_->set_batch_invariant(false);
 }
 
 // In batch-invariant mode a row's attention is bitwise the same alone or among 40 rows (no split of its keys).

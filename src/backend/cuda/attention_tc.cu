@@ -16,9 +16,11 @@
 //    same key tile through ldmatrix.trans.
 //  - the key tiles are double buffered: while tile t is computed, tile t + 1 is staged, either by cp.async from a
 //    bf16 copy of the key table (made once per call when the table is small against the work: prefill, where
-//    each key serves up to 128 + rows) or gathered from the fp32 table in four register batches of 16 keys,
-//    each stored (rounded) into the other buffer a quarter of the tile's MMAs later (decode, where most keys
-//    serve one row). Both give the same bf16 values, so the choice never changes a result.
+//    each key serves up to 128 + rows) or gathered from the fp32 rows (a table, or rows by address:
+//    Backend::sparse_attention_rows, the addresses resolved when a tile's indices are read, a tile or two ahead)
+//    in four register batches of 16 keys, each stored (rounded) into the other buffer a quarter of the tile's
+//    MMAs later (decode, where most keys serve one row). Both give the same bf16 values, so the choice never
+//    changes a result.
 // The sink joins at the end as in attention.cu. A block with the row's whole key list (prefill, batch-invariant
 // mode) normalises and writes its accumulators directly; the blocks of a cluster (a row's key list split over up
 // to 8 of them for decode; never in batch-invariant mode) write their unnormalised outputs and (m, l) per head to
@@ -89,14 +91,15 @@ constexpr int kMaxHeadDim = 512;
 struct TcAttnParams {
     float* out;                  // [T, H, d] f32
     const float* q;              // [T, H, d] f32
-    const float* keys;           // [Nk, d] f32, the shared K=V rows
+    const float* keys;           // [Nk, d] f32, the shared K=V rows (null: key_rows)
+    const float* const* key_rows;  // [Nk] their addresses instead (gather staging only), else null
     const __nv_bfloat16* table;  // [Nk, DP] bf16: keys rounded, zero past d (table staging), else null
     const int32_t* offsets;      // [T + 1] row t attends keys indices[offsets[t] .. offsets[t + 1])
-    const int32_t* indices;      // [offsets[T]] rows of keys
+    const int32_t* indices;      // [offsets[T]] rows of keys (of key_rows)
     const float* sinks;          // [H] per-head sink logits
     int heads, d;
     int splits;  // cluster size: blocks sharing one (row, head group)'s key list
-    int vec;     // d % 4 == 0 and q, keys 16-byte aligned: float4 loads
+    int vec;     // d % 4 == 0 and q, the key rows 16-byte aligned: float4 loads
     float scale;
 };
 
@@ -104,7 +107,7 @@ struct TcAttnParams {
 constexpr int tc_smem_bytes(int ht, int nt) {
     const int hb = 16 * ht, ld = 64 * nt + 8;
     return 2 * (hb * ld + 2 * kTileKeys * ld + hb * kPld) + 4 * (2 * kGroups * hb + 3 * hb + kMaxSplits * hb) +
-           4 * 2 * kTileKeys;
+           8 * 2 * kTileKeys;
 }
 
 // Grid: (rows * splits, ceil(H / 16 HT)), cluster (splits, 1, 1), 256 threads. d <= DP = 64 NT.
@@ -132,7 +135,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
     float* alpha_s = red_sum + kGroups * HB;                     // [HB] this tile's rescale of O
     float* ml = alpha_s + HB;                                    // [2][HB] final running max and denominator
     float* wts = ml + 2 * HB;                                    // [kMaxSplits][HB] each rank's merge weight
-    int* idx_s = reinterpret_cast<int*>(wts + kMaxSplits * HB);  // [2][kTileKeys] key rows of tiles by parity
+    static_assert(
+        (2 * (HB * LD + 2 * kTileKeys * LD + HB * kPld) + 4 * (2 * kGroups * HB + 3 * HB + kMaxSplits * HB)) % 8 == 0,
+        "idx_s 8-byte aligned");
+    // [2][kTileKeys] the keys of tiles by parity: table staging their rows, gather staging their addresses (0: none).
+    long long* idx_s = reinterpret_cast<long long*>(wts + kMaxSplits * HB);
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
     const int splits = p.splits, rank = blockIdx.x % splits, row = blockIdx.x / splits;
@@ -142,10 +149,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
     const int kb = begin + min(len, rank * chunk), ke = begin + min(len, (rank + 1) * chunk);
     const int tiles = (ke - kb + kTileKeys - 1) / kTileKeys;
 
-    // Thread tid < kTileKeys: the key row of key tid of tile t; -1 past the list.
-    auto tile_index = [&](int t) {
+    // Thread tid < kTileKeys: key tid of tile t: its row (table staging; -1 past the list) or its address (gather
+    // staging, read here a tile or two ahead of its use; 0 past the list).
+    auto tile_index = [&](int t) -> long long {
         const int k = kb + t * kTileKeys + tid;
-        return tid < kTileKeys && k < ke ? __ldg(p.indices + k) : -1;
+        const int r = tid < kTileKeys && k < ke ? __ldg(p.indices + k) : -1;
+        if constexpr (TABLE) return r;
+        if (r < 0) return 0;
+        if (p.key_rows) return __ldg(reinterpret_cast<const long long*>(p.key_rows) + r);
+        return static_cast<long long>(reinterpret_cast<uintptr_t>(p.keys + static_cast<int64_t>(r) * p.d));
     };
     // Floats col .. col + 3 of a row of d floats (zeros past d, or for a null row).
     auto load4 = [&](const float* src, int col) {
@@ -163,11 +175,12 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
     // fp32 gather: batch j (keys 16 j .. 16 j + 15 of a tile) in registers; this thread's float4 i is key
     // 16 j + f / CPL, columns 4 (f % CPL), f = tid + 256 i (a warp reads 512 contiguous bytes of one key).
     float4 batch[NT];
-    auto gather_load = [&](const int* idx, int j) {
+    auto gather_load = [&](const long long* idx, int j) {
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
-            const int f = tid + kThreads * i, r = idx[kBatchKeys * j + f / CPL];
-            batch[i] = load4(r >= 0 ? p.keys + static_cast<int64_t>(r) * d : nullptr, 4 * (f % CPL));
+            const int f = tid + kThreads * i;
+            const auto* src = reinterpret_cast<const float*>(static_cast<uintptr_t>(idx[kBatchKeys * j + f / CPL]));
+            batch[i] = load4(src, 4 * (f % CPL));
         }
     };
     auto gather_store = [&](__nv_bfloat16* buf, int j) {
@@ -178,11 +191,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
         }
     };
     // bf16 table: the whole tile by cp.async, 16 bytes each; rows past the list are zero filled.
-    auto table_issue = [&](const int* idx, __nv_bfloat16* buf) {
+    auto table_issue = [&](const long long* idx, __nv_bfloat16* buf) {
         constexpr int kPieces = DP / 8;  // 16-byte pieces per key
 #pragma unroll
         for (int i = 0; i < kTileKeys * kPieces / kThreads; ++i) {
-            const int f = tid + kThreads * i, key = f / kPieces, piece = f % kPieces, r = idx[key];
+            const int f = tid + kThreads * i, key = f / kPieces, piece = f % kPieces, r = static_cast<int>(idx[key]);
             const __nv_bfloat16* src = r >= 0 ? p.table + static_cast<int64_t>(r) * DP + 8 * piece : p.table;
             cp_async16(buf + key * LD + 8 * piece, src, r >= 0 ? 16 : 0);
         }
@@ -191,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
     // 1 (half of S), 2 (end of S), 3 (half of PV) and 4 (end of PV, before the tile's last barrier).
     auto stage_next = [&](int point, int t) {
         if (t + 1 >= tiles) return;
-        const int* idx = idx_s + ((t + 1) % 2) * kTileKeys;
+        const long long* idx = idx_s + ((t + 1) % 2) * kTileKeys;
         __nv_bfloat16* buf = ks + ((t + 1) % 2) * kTileKeys * LD;
         if constexpr (TABLE) {
             if (point == 0) table_issue(idx, buf);
@@ -202,16 +215,18 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
         }
     };
 
-    // Prologue: the first two tiles' key rows, the queries, the first tile.
-    if (tid < kTileKeys) {
-        idx_s[tid] = tile_index(0);
-        idx_s[kTileKeys + tid] = tile_index(1);
-    }
+    // Prologue: the first two tiles' keys (read before the queries, stored after them: gather staging resolves each
+    // key's address with a second dependent load), the queries, the first tile.
+    const long long first_keys[2] = {tile_index(0), tile_index(1)};
     const float* qrow = p.q + (static_cast<int64_t>(row) * p.heads + h0) * d;
 #pragma unroll 8  // loads in flight per thread: the q rows come from L2 or HBM once per block
     for (int i = tid; i < HB * CPL; i += kThreads) {
         const int h = i / CPL, c4 = i % CPL;
         store4(qs + h * LD + 4 * c4, load4(h < nh ? qrow + static_cast<int64_t>(h) * d : nullptr, 4 * c4));
+    }
+    if (tid < kTileKeys) {
+        idx_s[tid] = first_keys[0];
+        idx_s[kTileKeys + tid] = first_keys[1];
     }
     __syncthreads();
     if (tiles > 0) {
@@ -252,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
     for (int t = 0; t < tiles; ++t) {
         const int n = min(kTileKeys, ke - kb - t * kTileKeys);  // keys of this tile
         const uint32_t buf = (t % 2) * kBufBytes;
-        const int next_index = tile_index(t + 2);  // stored for tile t + 2 at the end of this one
+        const long long next_index = tile_index(t + 2);  // stored for tile t + 2 at the end of this one
         stage_next(0, t);
 
         // S = Q K^T over the warp's keys (warps whose keys are all past the list skip the products).
@@ -476,8 +491,11 @@ bool sparse_attention_tc_copies_table(int64_t nkeys, int64_t rows) { return nkey
 
 void launch_sparse_attention_tc(float* out, const float* q, const float* keys, int64_t nkeys, const int32_t* offsets,
                                 const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
-                                float scale, bool batch_invariant, cudaStream_t stream, AttnKeyStaging staging) {
+                                float scale, bool batch_invariant, cudaStream_t stream, AttnKeyStaging staging,
+                                const float* const* key_rows) {
     DI_ICHECK(sparse_attention_tc_applies(d), "head_dim ", d, " is too large for the tensor-core attention kernel");
+    DI_ICHECK(!key_rows || (!keys && staging != AttnKeyStaging::kTable),
+              "sparse_attention_tc: keys by address are gathered, never copied to a table");
     if (rows * heads * d == 0) return;
     const int64_t sms = device_sm_count();
     // 64 heads per block (a staged key serves all of them) unless even the largest split leaves SMs idle
@@ -490,19 +508,21 @@ void launch_sparse_attention_tc(float* out, const float* q, const float* keys, i
     while (!batch_invariant && splits < kMaxSplits && rows * groups * splits * 2 <= sms) splits *= 2;
     const int nt = d <= 128 ? 2 : 8;
     const int64_t dp = 64 * nt;
-    const bool table =
-        nkeys > 0 && (staging == AttnKeyStaging::kTable ||
-                      (staging == AttnKeyStaging::kAuto && sparse_attention_tc_copies_table(nkeys, rows)));
+    const bool table = !key_rows && nkeys > 0 &&
+                       (staging == AttnKeyStaging::kTable ||
+                        (staging == AttnKeyStaging::kAuto && sparse_attention_tc_copies_table(nkeys, rows)));
     uint16_t* tab = nullptr;
     if (table) {
         DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tab), nkeys * dp * 2, stream));
         launch_to_bf16(tab, dp, keys, d, nkeys, d, stream);
     }
+    // Rows by address are 16-byte aligned (the caller's contract: Backend::sparse_attention_rows).
     const bool vec =
         d % 4 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(keys) % 16 == 0;
     const TcAttnParams p{out,
                          q,
                          keys,
+                         key_rows,
                          reinterpret_cast<const __nv_bfloat16*>(tab),
                          offsets,
                          indices,

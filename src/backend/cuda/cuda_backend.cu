@@ -418,9 +418,7 @@ public:
     void sparse_attention(TensorView out, TensorView q, TensorView keys, const int32_t* offsets,
                           const int32_t* indices, const float* sinks, float scale) override {
         DI_ICHECK(out.shape() == q.shape() && keys.dim(1) == q.dim(2), "sparse_attention shapes");
-        // The modes that compute products from bf16 inputs take the tensor-core kernel (bf16 q and keys); tiled,
-        // the exact mode, and head dims it does not cover keep the fp32 kernel.
-        if (gemm_mode_ != GemmMode::kTiled && cuda::sparse_attention_tc_applies(q.dim(2))) {
+        if (tc_attention(q.dim(2))) {
             const auto op = profiler_->scope("sparse_attention tensor cores");
             cuda::launch_sparse_attention_tc(out.f32(), q.f32(), keys.f32(), keys.dim(0), offsets, indices, sinks,
                                              q.dim(0), q.dim(1), q.dim(2), scale, batch_invariant_, stream_);
@@ -429,6 +427,27 @@ public:
         const auto op = profiler_->scope("sparse_attention");
         cuda::launch_sparse_attention(out.f32(), q.f32(), keys.f32(), offsets, indices, sinks, q.dim(0), q.dim(1),
                                       q.dim(2), scale, batch_invariant_, stream_);
+    }
+    // The modes that compute products from bf16 inputs take the tensor-core kernel (bf16 q and keys); tiled, the
+    // exact mode, and head dims it does not cover keep the fp32 kernel.
+    bool tc_attention(int64_t d) const {
+        return gemm_mode_ != GemmMode::kTiled && cuda::sparse_attention_tc_applies(d);
+    }
+    // Keys by address: where the tensor-core kernel would gather them from a table (decode: most keys serve one
+    // row), it reads them in place and the table's copy goes (H200, batch 32: gather_rows 0.36 ms a step); else as
+    // the default (prefill stages a bf16 copy of the table; tiled mode keeps the fp32 kernel). The same results.
+    void sparse_attention_rows(TensorView out, TensorView q, TensorView key_rows, const int32_t* offsets,
+                               const int32_t* indices, const float* sinks, float scale) override {
+        const int64_t nkeys = key_rows.numel();
+        DI_ICHECK(out.shape() == q.shape() && key_rows.dtype() == DType::kI64, "sparse_attention_rows shapes");
+        if (tc_attention(q.dim(2)) && !cuda::sparse_attention_tc_copies_table(nkeys, q.dim(0))) {
+            const auto op = profiler_->scope("sparse_attention tensor cores");
+            cuda::launch_sparse_attention_tc(out.f32(), q.f32(), nullptr, nkeys, offsets, indices, sinks, q.dim(0),
+                                             q.dim(1), q.dim(2), scale, batch_invariant_, stream_,
+                                             cuda::AttnKeyStaging::kGather, key_rows.as<const float* const>());
+            return;
+        }
+        Backend::sparse_attention_rows(out, q, key_rows, offsets, indices, sinks, scale);
     }
     void gated_pool(TensorView out, TensorView kv, TensorView gate) override {
         const auto op = profiler_->scope("gated_pool");

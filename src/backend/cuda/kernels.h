@@ -148,10 +148,12 @@ enum class AttnKeyStaging { kAuto, kGather, kTable };
 bool sparse_attention_tc_applies(int64_t d);
 // Whether kAuto stages from the bf16 copy for a table of nkeys rows and `rows` query rows.
 bool sparse_attention_tc_copies_table(int64_t nkeys, int64_t rows);
+// key_rows (non-null, keys null): the keys by address ([nkeys] rows of d floats, 16-byte aligned), read in place
+// (gather staging) instead of from a table.
 void launch_sparse_attention_tc(float* out, const float* q, const float* keys, int64_t nkeys, const int32_t* offsets,
                                 const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
                                 float scale, bool batch_invariant, cudaStream_t stream,
-                                AttnKeyStaging staging = AttnKeyStaging::kAuto);
+                                AttnKeyStaging staging = AttnKeyStaging::kAuto, const float* const* key_rows = nullptr);
 // With key_begin / key_count ([rows] I32): row t scores keys key_begin[t] .. + key_count[t] into its first
 // key_count[t] columns; entries is then the row stride of scores (Backend::indexer_scores_rows).
 void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,

@@ -464,6 +464,11 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
             window_dst.push_back(st.window.f32() + (p % ring) * d);
         }
     }
+    // The key rows are whole rows of d floats in buffers the backend allocated: 16-byte aligned when d % 4 == 0, as
+    // sparse_attention_rows requires.
+    DI_ICHECK(d % 4 != 0 || std::all_of(key_rows.begin(), key_rows.end(),
+                                        [](const float* r) { return reinterpret_cast<uintptr_t>(r) % 16 == 0; }),
+              "attention: a key row is not 16-byte aligned");
     const StepArrays::Handle key_rows_h = arrays.stage_rows(key_rows), index_rows_h = arrays.stage_rows(index_key_rows);
     const StepArrays::Handle offsets_h = arrays.stage_i32(offsets), key_runs_h = arrays.stage_i32(key_runs);
     const StepArrays::Handle starts_h = arrays.stage_i32(csa_starts), limits_h = arrays.stage_i32(csa_limits);
@@ -476,8 +481,6 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // Device side: new compressed entries first (the key table reads them), then keys, selection, attention.
     if (L.has_compressor) run_compress(layer, main_plan, false, ckv, cgate, arrays);
     if (L.has_indexer) run_compress(layer, index_plan, true, ikv, igate, arrays);
-    Tensor keys = alloc(Shape{static_cast<int64_t>(key_rows.size()), d});
-    be.gather_rows(keys, arrays.view(key_rows_h));
     const TensorView key_list = arrays.view(key_lists_h);
     be.fill_index_ranges(key_list, arrays.view(key_runs_h).reshape(Shape{T, 5}));
     if (!csa.empty()) {
@@ -518,8 +521,8 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         }
     }
     Tensor o = alloc(Shape{T, H, d});
-    be.sparse_attention(o, q, keys, arrays.view(offsets_h).as<int32_t>(), key_list.as<int32_t>(),
-                        L.attn_sink.f32(), 1.0f / std::sqrt(static_cast<float>(d)));
+    be.sparse_attention_rows(o, q, arrays.view(key_rows_h), arrays.view(offsets_h).as<int32_t>(),
+                             key_list.as<int32_t>(), L.attn_sink.f32(), 1.0f / std::sqrt(static_cast<float>(d)));
     copy_kept_rows(window_rows, kv.view().reshape(Shape{T, d}), arrays);
 
     // Undo the rotation that V (= K) carried into the output, then the grouped low-rank projection.
