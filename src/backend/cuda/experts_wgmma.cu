@@ -101,6 +101,14 @@
 // (46% of the HBM rate), 4 at G = 2 813 us, 4 at G = 4 (the default) 792 us (52%); the step at batch 32 with every
 // MoE layer hash-routed 11.12 -> 10.22 ms. Still issue-bound: the FP4 -> bf16 decode is ~20 instructions a word of 8
 // codes, about two thirds of a consumer warp's instructions a stage.
+// Now (paired stages, FP4 as subnormals, the fast scale path one multiply-add a scale and one test a stage, unsigned
+// ring arithmetic): ~205 instructions a consumer warp a stage at N = 16 (cuobjdump: 49 byte permutes, 32 bf16x2
+// multiplies, 25 LOP3, 16 constant re-materializations, ~34 uniform-datapath descriptor moves, 8 wgmmas); 655 us at 32
+// tokens (63% of the HBM rate; 681 before the scale path and ring arithmetic changes). ncu: the producer waits on
+// empty slots ~45% of its time, the consumers issue ~2.8 instructions a cycle an SM: the consumers' issue limits.
+// Tried and slower (gemv_bench, same run): a deeper ring (16-row tiles, 10 stages: 756 us; the ring arithmetic is no
+// longer a power of two) and L2 prefetch by the producer of the slots 1-6 ahead (743-888 us; 740 with the code
+// present but off, the producer then spilling registers).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -156,7 +164,9 @@ struct Ring {
     // The ring's stage count at the end of a tile of nk stages that began at `it`.
     static __host__ __device__ constexpr int stages_after(int it, int nk) { return it + (kPair ? (nk + 1) & ~1 : nk); }
     // The barrier of stage s (the CTA's stage count): its slot in the ring.
-    static __device__ __forceinline__ int bar_of(int s) { return (s % kStages) / (kPair ? 2 : 1); }
+    static __device__ __forceinline__ int bar_of(int s) {
+        return static_cast<int>(static_cast<unsigned>(s) % kStages / (kPair ? 2 : 1));  // unsigned: masks, shifts
+    }
     static constexpr int kWgSlices = kSlices / kWgs;  // A slices, and accumulators, per consumer warpgroup
     static constexpr int kConsumerThreads = 128 * kWgs;
     static constexpr int kThreads = kConsumerThreads + kProducerThreads;
@@ -220,9 +230,10 @@ constexpr uint32_t kAccExp = 5;
 struct Fp4Scale {
     uint32_t alpha, post;
 };
-__device__ __forceinline__ bool fp4_fast_scale(uint32_t e) { return e <= 127u; }
+__device__ __forceinline__ bool fp4_fast_scale(uint32_t e) { return e <= 127u; }  // also of bytes ORed together
+__device__ __forceinline__ uint32_t fp4_fast_alpha(uint32_t e) { return (e + 127u) * 0x00800080u; }
 __device__ __forceinline__ Fp4Scale fp4_scale(uint32_t e) {
-    if (fp4_fast_scale(e)) return {(e + 127u) * 0x00800080u, 0x3f803f80u};
+    if (fp4_fast_scale(e)) return {fp4_fast_alpha(e), 0x3f803f80u};
     return {0x7f007f00u, e == 255u ? 0x7fc07fc0u : e * 0x00800080u};
 }
 static_assert(kAccScale == float(1u << kAccExp) && 132 - 127 == kAccExp, "2^e v 2^-132 = 2^S v 2^-kAccExp");
@@ -415,30 +426,44 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
                                       const uint8_t* ring_ptr, uint32_t ring, uint32_t bars) {
     static_assert(G == 1 || G == 2 || G == 4, "groups per batch divide the stage's 4 groups");
     constexpr int kBatches = 4 / G, M = R::kWgSlices;  // M: this warpgroup's slices M wg .. M wg + M - 1
-    const int st = kb % R::kStages;  // kb: the CTA's stage count so far (tiles before this one included)
-    const int bar = R::bar_of(kb);   // paired stages: the slot's barriers (the first stage of a slot waits)
-    if (!R::kPair || kb % 2 == 0) mbar_wait(bars + 8 * bar, (kb / R::kStages) & 1);
+    // kb: the CTA's stage count so far (tiles before this one included); unsigned, so that the ring arithmetic is
+    // masks and shifts (signed division by a power of two takes rounding fix-ups, ~8 instructions a stage).
+    const unsigned ukb = static_cast<unsigned>(kb);
+    const int st = static_cast<int>(ukb % R::kStages);
+    const int bar = R::bar_of(kb);  // paired stages: the slot's barriers (the first stage of a slot waits)
+    if (!R::kPair || ukb % 2 == 0) mbar_wait(bars + 8 * bar, (ukb / R::kStages) & 1);
     __syncwarp();
     fence_proxy_async();
     const uint8_t* sw = ring_ptr + st * R::kStageBytes + R::kBBytes;
     const uint8_t* ss = sw + kWBytes;
+    // The scale byte of the lane's row arow + 8 h of its slice m (read again on the slow path rather than kept live:
+    // the default ring's consumers are at their register limit).
+    const auto scale_byte = [&](int m, int h) -> uint32_t {
+        return ss[(M * wg + m) * kSliceSBytes + (arow + 8 * h) * 4 + c];
+    };
     uint4 raw[M][2];
-    Fp4Scale sc[M][2];
-    bool slow = false;
+    uint32_t alpha[M][2], any_e = 0;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int sl = M * wg + m, r = arow + 8 * h;
             raw[m][h] = *reinterpret_cast<const uint4*>(sw + sl * kSliceWBytes + r * 64 + c * 16);
-            const uint32_t e = ss[sl * kSliceSBytes + r * 4 + c];
-            slow |= !fp4_fast_scale(e);
-            sc[m][h] = fp4_scale(e);
+            const uint32_t e = scale_byte(m, h);
+            alpha[m][h] = fp4_fast_alpha(e);
+            any_e |= e;
         }
     }
-    // Scales outside the fast range (2^S >= 2: never in a checkpoint) multiply by post, the whole warp together
-    // (the consumers are issue-bound).
-    const bool any_slow = __any_sync(0xffffffffu, slow);
+    // Scales outside the fast range (2^S >= 2: never in a checkpoint) take fp4_scale's alpha and then its post, the
+    // whole warp together (the consumers are issue-bound: the fast path is one multiply-add a scale and one test a
+    // stage; ~20 instructions a stage when every scale took fp4_scale's selects).
+    const bool any_slow = __any_sync(0xffffffffu, !fp4_fast_scale(any_e));
+    if (any_slow) {
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) alpha[m][h] = fp4_scale(scale_byte(m, h)).alpha;
+    }
     const uint32_t sb = ring + st * R::kStageBytes;
     // The stage's B descriptors differ only in the address field (bits 0-13, address / 16; shared memory is below
     // 256 KB, so adding a step's offset never carries out of it): one 32-bit add a step instead of rebuilding each
@@ -454,7 +479,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
 #pragma unroll
             for (int m = 0; m < M; ++m)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) fp4_word_to_a(word_of(raw[m][h], G * bt + g), sc[m][h].alpha, a[g][m][h]);
+                for (int h = 0; h < 2; ++h) fp4_word_to_a(word_of(raw[m][h], G * bt + g), alpha[m][h], a[g][m][h]);
         if (any_slow) {  // a separate nest: a test per element in the pin loop below grows the fast path (PTX +15%)
 #pragma unroll
             for (int g = 0; g < G; ++g)
@@ -464,7 +489,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
                     for (int h = 0; h < 2; ++h)
 #pragma unroll
                         for (int i = 0; i < 4; ++i)
-                            a[g][m][h][i] = chunks::mul_bf16x2(a[g][m][h][i], sc[m][h].post);
+                            a[g][m][h][i] = chunks::mul_bf16x2(a[g][m][h][i], fp4_scale(scale_byte(m, h)).post);
         }
 #pragma unroll
         for (int g = 0; g < G; ++g)
