@@ -1,7 +1,11 @@
 // Products of 2..32 activation rows with FP8 weights (e4m3, 128 x 128 block scales, E8M0 or f32) on Hopper wgmma:
 // the decode GEMV of the attention projections. out[t, n] = sum_k x[t, k] W[w_row0 + n, k], the numerics of
 // gemv_tc.cu: x rounded to bf16 once (nearest even), each weight dequantized to bf16(fp8 * scale) (exact with E8M0
-// scales; f32 scales round as chunk_to_bf16 does), fp32 accumulation. NOT YET MEASURED ON A GPU (compiled only).
+// scales; f32 scales round as chunk_to_bf16 does), fp32 accumulation. Measured on an H200
+// (bench/results/gemv_wgmma_run22, 8 / 32 rows): wq_a 11.1 / 12.4 us, wkv 10.9 / 12.4, wq_b 16.5 / 18.1, wo_b 20.6 /
+// 23.7, wo_a 20.0 / 23.0: the large ones at 33-48% of the HBM rate, every call ~10 us above its bytes' time (the cost
+// model below expected ~3 us); what that fixed cost is made of (the xb launch, the cluster launch, the ring's first
+// fill, the epilogue) is not yet measured.
 //
 // Why: gemv_tc (mma.sync, activations as A) is bound by its instructions (~9 a weight per lane: activation fragment
 // loads, moves, address math, a dequantizing FMUL and pack per weight) and streams the V4-Flash projections at
