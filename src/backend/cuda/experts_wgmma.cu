@@ -101,11 +101,11 @@
 // (46% of the HBM rate), 4 at G = 2 813 us, 4 at G = 4 (the default) 792 us (52%); the step at batch 32 with every
 // MoE layer hash-routed 11.12 -> 10.22 ms. Still issue-bound: the FP4 -> bf16 decode is ~20 instructions a word of 8
 // codes, about two thirds of a consumer warp's instructions a stage.
-// Now (paired stages, FP4 as subnormals, the fast scale path one multiply-add a scale and one test a stage, unsigned
-// ring arithmetic): ~205 instructions a consumer warp a stage at N = 16 (cuobjdump: 49 byte permutes, 32 bf16x2
-// multiplies, 25 LOP3, 16 constant re-materializations, ~34 uniform-datapath descriptor moves, 8 wgmmas); 655 us at 32
-// tokens (63% of the HBM rate; 681 before the scale path and ring arithmetic changes). ncu: the producer waits on
-// empty slots ~45% of its time, the consumers issue ~2.8 instructions a cycle an SM: the consumers' issue limits.
+// Now (paired stages, FP4 as subnormals, the fast scale path a multiply-add and an OR a scale and one warp test a
+// stage, unsigned ring arithmetic): ~205 instructions a consumer warp a stage at N = 16 (cuobjdump: 49 byte permutes,
+// 32 bf16x2 multiplies, 25 LOP3, 16 constant re-materializations, ~34 uniform-datapath descriptor moves, 8 wgmmas); 655
+// us at 32 tokens (63% of the HBM rate; 681 before the scale path and ring arithmetic changes). ncu: the producer waits
+// on empty slots ~45% of its time, the consumers issue ~2.8 instructions a cycle an SM: the consumers' issue limits.
 // Tried and slower (gemv_bench, same run): a deeper ring (16-row tiles, 10 stages: 756 us; the ring arithmetic is no
 // longer a power of two) and L2 prefetch by the producer of the slots 1-6 ahead (743-888 us; 740 with the code
 // present but off, the producer then spilling registers).
@@ -165,7 +165,8 @@ struct Ring {
     static __host__ __device__ constexpr int stages_after(int it, int nk) { return it + (kPair ? (nk + 1) & ~1 : nk); }
     // The barrier of stage s (the CTA's stage count): its slot in the ring.
     static __device__ __forceinline__ int bar_of(int s) {
-        return static_cast<int>(static_cast<unsigned>(s) % kStages / (kPair ? 2 : 1));  // unsigned: masks, shifts
+        return static_cast<int>(static_cast<unsigned>(s) % kStages /
+                                (kPair ? 2 : 1));  // unsigned: masks, shifts (2^n rings)
     }
     static constexpr int kWgSlices = kSlices / kWgs;  // A slices, and accumulators, per consumer warpgroup
     static constexpr int kConsumerThreads = 128 * kWgs;
@@ -455,8 +456,8 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
         }
     }
     // Scales outside the fast range (2^S >= 2: never in a checkpoint) take fp4_scale's alpha and then its post, the
-    // whole warp together (the consumers are issue-bound: the fast path is one multiply-add a scale and one test a
-    // stage; ~20 instructions a stage when every scale took fp4_scale's selects).
+    // whole warp together (the consumers are issue-bound: the fast path is a multiply-add and an OR a scale and one
+    // compare and vote a stage; ~20 instructions a stage when every scale took fp4_scale's selects).
     const bool any_slow = __any_sync(0xffffffffu, !fp4_fast_scale(any_e));
     if (any_slow) {
 #pragma unroll
