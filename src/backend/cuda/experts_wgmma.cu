@@ -165,8 +165,8 @@ struct Ring {
     static __host__ __device__ constexpr int stages_after(int it, int nk) { return it + (kPair ? (nk + 1) & ~1 : nk); }
     // The barrier of stage s (the CTA's stage count): its slot in the ring.
     static __device__ __forceinline__ int bar_of(int s) {
-        return static_cast<int>(static_cast<unsigned>(s) % kStages /
-                                (kPair ? 2 : 1));  // unsigned: masks, shifts (2^n rings)
+        // unsigned: masks and shifts where kStages is a power of two
+        return static_cast<int>(static_cast<unsigned>(s) % kStages / (kPair ? 2 : 1));
     }
     static constexpr int kWgSlices = kSlices / kWgs;  // A slices, and accumulators, per consumer warpgroup
     static constexpr int kConsumerThreads = 128 * kWgs;
