@@ -168,6 +168,11 @@ public:
     // Index lists from runs: for each row of runs [R, 5] I32 = (at, a, na, b, nb), dst[at + i] = a + i for i < na,
     // then dst[at + na + j] = b + j for j < nb. Other entries of dst (I32) are not written.
     virtual void fill_index_ranges(TensorView dst, TensorView runs) = 0;
+    // Row addresses from runs of equally spaced rows: for each row of runs [R, 4] I64 = (at, address, count,
+    // stride in bytes), dst[at + i] = address + i * stride for i < count. Other entries of dst (I64) are not
+    // written. A sequence's key rows (its window ring, the step's rows, its paged entries) are a few runs, so the
+    // host stages a few numbers a run instead of an address a row.
+    virtual void fill_row_addresses(TensorView dst, TensorView runs) = 0;
     // Greedy token selection: ids[r] = the index of the largest logit of row r of logits [R, V], the lowest
     // index on ties, NaN entries ignored; -1 when the row's first logit is NaN or no logit exceeds -inf (the
     // host sampler's error cases). ids: [R] I32.

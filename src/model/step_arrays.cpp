@@ -1,6 +1,9 @@
 #include "model/step_arrays.h"
 
+#include <algorithm>
 #include <cstring>
+
+#include "model/model.h"
 
 namespace deepinfer {
 
@@ -16,12 +19,20 @@ StepArrays::Handle StepArrays::stage_i32(std::span<const int32_t> values) {
     return stage(values.data(), DType::kI32, static_cast<int64_t>(values.size()));
 }
 
-StepArrays::Handle StepArrays::reserve_i32(int64_t n) {
+StepArrays::Handle StepArrays::stage_i64(std::span<const int64_t> values) {
+    return stage(values.data(), DType::kI64, static_cast<int64_t>(values.size()));
+}
+
+StepArrays::Handle StepArrays::reserve(DType dtype, int64_t n) {
     DI_ICHECK(!staged_base_ && n >= 0, "StepArrays: reserving after upload_staged()");
     const size_t offset = (reserved_bytes_ + 15) / 16 * 16;
-    reserved_bytes_ = offset + static_cast<size_t>(n) * 4;
-    return Handle{offset, DType::kI32, n, true};
+    reserved_bytes_ = offset + static_cast<size_t>(n) * (dtype_bits(dtype) / 8);
+    return Handle{offset, dtype, n, true};
 }
+
+StepArrays::Handle StepArrays::reserve_i32(int64_t n) { return reserve(DType::kI32, n); }
+
+StepArrays::Handle StepArrays::reserve_rows(int64_t n) { return reserve(DType::kI64, n); }
 
 StepArrays::Handle StepArrays::stage_rows(std::span<float* const> addresses) {
     return stage(addresses.data(), DType::kI64, static_cast<int64_t>(addresses.size()));
@@ -40,6 +51,33 @@ void StepArrays::upload_staged() {
 TensorView StepArrays::view(const Handle& h) const {
     DI_ICHECK(staged_base_, "StepArrays: view() before upload_staged()");
     return TensorView(staged_base_ + (h.reserved ? staged_.size() : 0) + h.offset, h.dtype, Shape{h.n});
+}
+
+void RowRuns::add(const float* first, int64_t count, int64_t row_elems) {
+    if (count <= 0) return;
+    values.insert(values.end(), {rows, static_cast<int64_t>(reinterpret_cast<uintptr_t>(first)), count,
+                                 row_elems * static_cast<int64_t>(sizeof(float))});
+    rows += count;
+}
+
+void RowRuns::add_paged(const PagedRows& paged, int64_t count) {
+    DI_ICHECK(count <= paged.capacity_rows(), "RowRuns: ", count, " rows of a paged buffer of ", paged.capacity_rows());
+    for (int64_t r = 0; r < count; r += paged.rows_per_block)
+        add(paged.blocks[r / paged.rows_per_block], std::min(paged.rows_per_block, count - r), paged.row_elems);
+}
+
+bool RowRuns::aligned(int64_t bytes) const {
+    for (size_t i = 0; i < values.size(); i += 4)
+        if (values[i + 1] % bytes != 0 || (values[i + 2] > 1 && values[i + 3] % bytes != 0)) return false;
+    return true;
+}
+
+std::vector<int64_t> RowRuns::then(const RowRuns& more, int64_t offset) const {
+    std::vector<int64_t> all = values;
+    all.reserve(values.size() + more.values.size());
+    for (size_t i = 0; i < more.values.size(); i += 4)
+        all.insert(all.end(), {more.values[i] + offset, more.values[i + 1], more.values[i + 2], more.values[i + 3]});
+    return all;
 }
 
 Tensor to_host(Backend& backend, TensorView t) {

@@ -26,7 +26,10 @@ public:
         bool reserved = false;
     };
     Handle stage_i32(std::span<const int32_t> values);
+    Handle stage_i64(std::span<const int64_t> values);
     Handle reserve_i32(int64_t n);
+    // Room for n row addresses (I64) that backend ops write (fill_row_addresses).
+    Handle reserve_rows(int64_t n);
     // Device addresses of rows (for gather_rows / scatter_rows).
     Handle stage_rows(std::span<float* const> addresses);
     void upload_staged();
@@ -34,12 +37,31 @@ public:
 
 private:
     Handle stage(const void* data, DType dtype, int64_t n);
+    Handle reserve(DType dtype, int64_t n);
 
     Backend& backend_;
     Tensor block_;                    // the staged arrays in backend memory (after upload_staged)
     std::vector<uint8_t> staged_;     // their host bytes, each array at a 16-byte boundary
     size_t reserved_bytes_ = 0;       // reserved arrays, each at a 16-byte boundary, after the staged ones
     uint8_t* staged_base_ = nullptr;  // block_'s data
+};
+
+struct PagedRows;
+
+// Rows as runs of equally spaced addresses, for Backend::fill_row_addresses: values [runs, 4] = (at, address,
+// count, stride in bytes), `at` counting the rows of the runs before.
+struct RowRuns {
+    std::vector<int64_t> values;
+    int64_t rows = 0;
+
+    // count rows of row_elems floats from `first` on (no run when count is 0).
+    void add(const float* first, int64_t count, int64_t row_elems);
+    // The first count rows of a paged buffer, a run a page.
+    void add_paged(const PagedRows& paged, int64_t count);
+    // Whether every row's address is a multiple of `bytes`.
+    bool aligned(int64_t bytes) const;
+    // These runs, then `more`'s with their rows placed from row `offset` on.
+    std::vector<int64_t> then(const RowRuns& more, int64_t offset) const;
 };
 
 // A device tensor's values on the host (a copy; the tensor itself on host backends).

@@ -1,5 +1,6 @@
 // Row movement on the GPU against the CPU backend, bitwise (copies have no rounding): gather_rows and scatter_rows
-// over rows of every alignment and width (the float4 path and the scalar one), and fill_index_ranges; the
+// over rows of every alignment and width (the float4 path and the scalar one), fill_index_ranges and
+// fill_row_addresses; the
 // asynchronous download (download_async, wait_downloads).
 #include <gtest/gtest.h>
 
@@ -90,6 +91,35 @@ TEST(CudaMovement, FillIndexRangesMatchesTheCpu) {
     std::vector<int32_t> got(static_cast<size_t>(size));
     gpu->download(got.data(), got_d);
     for (int64_t i = 0; i < size; ++i) ASSERT_EQ(got[i], want.view().as<int32_t>()[i]) << "entry " << i;
+}
+
+TEST(CudaMovement, FillRowAddressesMatchesTheCpu) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto cpu = create_backend("cpu", 0);
+    auto gpu = create_backend("cuda", 2);
+    std::mt19937_64 rng(6);
+    const int64_t runs_n = 20000;
+    std::vector<int64_t> runs;
+    int64_t size = 0;
+    for (int64_t q = 0; q < runs_n; ++q) {
+        const int64_t count = q % 7 == 0 ? 0 : static_cast<int64_t>(rng() % 1100);  // up to ~8 blocks' worth
+        const int64_t gap = q % 3 == 0 ? static_cast<int64_t>(rng() % 50) : 0;      // entries left alone
+        runs.insert(runs.end(),
+                    {size, static_cast<int64_t>(rng() >> 8), count, 16 * static_cast<int64_t>(rng() % 600)});
+        size += count + gap;
+    }
+    std::vector<int64_t> init(static_cast<size_t>(size));
+    for (int64_t& v : init) v = -1 - static_cast<int64_t>(rng() % 7);
+    Tensor want(DType::kI64, Shape{size}), runs_h(DType::kI64, Shape{runs_n, 4});
+    std::copy(init.begin(), init.end(), want.view().as<int64_t>());
+    std::copy(runs.begin(), runs.end(), runs_h.view().as<int64_t>());
+    cpu->fill_row_addresses(want, runs_h);
+    Tensor got_d = gpu->alloc(DType::kI64, Shape{size}), runs_d = to_backend(*gpu, runs_h);
+    gpu->upload(got_d, init.data());
+    gpu->fill_row_addresses(got_d, runs_d);
+    std::vector<int64_t> got(static_cast<size_t>(size));
+    gpu->download(got.data(), got_d);
+    for (int64_t i = 0; i < size; ++i) ASSERT_EQ(got[i], want.view().as<int64_t>()[i]) << "entry " << i;
 }
 
 // download_async: the bytes of the work queued before it, in dst once wait_downloads returns, whatever is queued

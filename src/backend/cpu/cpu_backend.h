@@ -48,6 +48,7 @@ public:
     void scale(TensorView x, float s) override;
     void argmax_rows(TensorView ids, TensorView logits) override;
     void fill_index_ranges(TensorView dst, TensorView runs) override;
+    void fill_row_addresses(TensorView dst, TensorView runs) override;
     void sample_rows(TensorView ids, TensorView logits, const std::vector<SampleRow>& rows) override;
     void moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) override;
     void moe_route(TensorView experts, TensorView weights, TensorView logits, const MoeRouting& r) override;

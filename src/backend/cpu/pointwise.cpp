@@ -143,6 +143,20 @@ void CpuBackend::fill_index_ranges(TensorView dst, TensorView runs) {
     }
 }
 
+void CpuBackend::fill_row_addresses(TensorView dst, TensorView runs) {
+    const int64_t rows = runs.numel() / 4, n = dst.numel();
+    DI_ICHECK(runs.numel() % 4 == 0 && runs.dtype() == DType::kI64 && dst.dtype() == DType::kI64,
+              "fill_row_addresses: runs of ", runs.numel(), " values");
+    const int64_t* r = runs.as<int64_t>();
+    int64_t* out = dst.as<int64_t>();
+    for (int64_t q = 0; q < rows; ++q, r += 4) {
+        const int64_t at = r[0], address = r[1], count = r[2], stride = r[3];
+        DI_ICHECK(at >= 0 && count >= 0 && at + count <= n, "fill_row_addresses: run ", q, " writes [", at, ", ",
+                  at + count, ") of ", n);
+        for (int64_t i = 0; i < count; ++i) out[at + i] = address + i * stride;
+    }
+}
+
 void CpuBackend::argmax_rows(TensorView ids, TensorView logits) {
     const int64_t rows = logits.dim(0), v = logits.dim(1);
     DI_ICHECK(ids.numel() == rows && v > 0, "argmax_rows shapes");

@@ -172,6 +172,8 @@ void launch_gather_rows(float* dst, const float* const* rows, int64_t r, int64_t
 void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_t c, cudaStream_t stream);
 // Backend::fill_index_ranges: runs [r, 5] I32.
 void launch_fill_index_ranges(int32_t* dst, const int32_t* runs, int64_t r, cudaStream_t stream);
+// Backend::fill_row_addresses: runs [r, 4] I64.
+void launch_fill_row_addresses(int64_t* dst, const int64_t* runs, int64_t r, cudaStream_t stream);
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
 void launch_moe_combine(float* out, const float* routed, const float* weights, const float* shared, int64_t t,

@@ -54,6 +54,14 @@ __global__ void fill_index_ranges_kernel(int32_t* __restrict__ dst, const int32_
         dst[at + i] = static_cast<int32_t>(i < na ? a + i : b + (i - na));
 }
 
+// One block per row of runs [R, 4] = (at, address, count, stride in bytes).
+__global__ void fill_row_addresses_kernel(int64_t* __restrict__ dst, const int64_t* __restrict__ runs) {
+    pdl_prologue();  // see pdl.cuh
+    const int64_t* run = runs + 4 * static_cast<int64_t>(blockIdx.x);
+    const int64_t at = run[0], address = run[1], count = run[2], stride = run[3];
+    for (int64_t i = threadIdx.x; i < count; i += kCopyThreads) dst[at + i] = address + i * stride;
+}
+
 __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
     pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -93,6 +101,12 @@ void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_
 void launch_fill_index_ranges(int32_t* dst, const int32_t* runs, int64_t r, cudaStream_t stream) {
     if (r == 0) return;
     launch_pdl(fill_index_ranges_kernel, row_grid(r), kCopyThreads, 0, stream, dst, runs);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+void launch_fill_row_addresses(int64_t* dst, const int64_t* runs, int64_t r, cudaStream_t stream) {
+    if (r == 0) return;
+    launch_pdl(fill_row_addresses_kernel, row_grid(r), kCopyThreads, 0, stream, dst, runs);
     DI_CUDA_LAUNCH_CHECK();
 }
 

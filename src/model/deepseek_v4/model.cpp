@@ -408,7 +408,11 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         int32_t base;  // its first entry's index in the key table
     };
     std::vector<CsaSeq> csa;
-    std::vector<float*> key_rows, index_key_rows, window_keep, window_dst;
+    std::vector<float*> window_keep, window_dst;
+    // The key table's rows (and for CSA layers the indexer keys' rows) as runs of equally spaced rows, expanded
+    // into addresses on the backend (fill_row_addresses): a sequence's window is at most two runs of its ring,
+    // the step's rows one, its entries one a page, so the host's work and upload do not grow with the context.
+    RowRuns key_runs_of_rows, index_runs_of_rows;
     // Each query's key list is at most two runs of consecutive key-table indices (its window, then HCA's
     // entries) plus CSA's slots: staged as (at, first, count, first, count) per query and written on the
     // backend (fill_index_ranges), a few bytes a query instead of up to window + index_topk indices.
@@ -426,15 +430,18 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         const int64_t prev = std::min<int64_t>(p0, W - 1);
         const int64_t entries = L.has_compressor ? end / m : 0;
         const int64_t ring = st.window.dim(0);
-        const int32_t key0 = static_cast<int32_t>(key_rows.size());  // this sequence's table in the key table
-        for (int64_t p = p0 - prev; p < p0; ++p) key_rows.push_back(st.window.f32() + (p % ring) * d);
-        for (int64_t t = 0; t < s.n; ++t) key_rows.push_back(kv.f32() + (s.row0 + t) * d);
-        for (int64_t e = 0; e < entries; ++e) key_rows.push_back(st.compressor.entries->row(e));
+        const int32_t key0 = static_cast<int32_t>(key_runs_of_rows.rows);  // this sequence's table in the key table
+        // Window positions [p0 - prev, p0) are ring rows (p % ring): one run, or two where the ring wraps.
+        const int64_t w0 = (p0 - prev) % ring, head = std::min(prev, ring - w0);
+        key_runs_of_rows.add(st.window.f32() + w0 * d, head, d);
+        key_runs_of_rows.add(st.window.f32(), prev - head, d);
+        key_runs_of_rows.add(kv.f32() + s.row0 * d, s.n, d);
+        if (entries) key_runs_of_rows.add_paged(*st.compressor.entries, entries);
         const int32_t entry0 = static_cast<int32_t>(key0 + prev + s.n);
-        const int64_t index_key0 = static_cast<int64_t>(index_key_rows.size());
+        const int64_t index_key0 = index_runs_of_rows.rows;
         if (kind == AttnKind::kCsa && entries) {
             csa.push_back({s.row0, s.n, entries, index_key0, entry0});
-            for (int64_t e = 0; e < entries; ++e) index_key_rows.push_back(st.indexer.entries->row(e));
+            index_runs_of_rows.add_paged(*st.indexer.entries, entries);
         }
         // Each query's key list: its window rows (positions kp in the sequence's table at key0 + kp - (p0 - prev),
         // one run), then the compressed entries it sees (HCA: all of them, a second run; CSA: slots that
@@ -466,10 +473,10 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     }
     // The key rows are whole rows of d floats in buffers the backend allocated: 16-byte aligned when d % 4 == 0, as
     // sparse_attention_rows requires.
-    DI_ICHECK(d % 4 != 0 || std::all_of(key_rows.begin(), key_rows.end(),
-                                        [](const float* r) { return reinterpret_cast<uintptr_t>(r) % 16 == 0; }),
-              "attention: a key row is not 16-byte aligned");
-    const StepArrays::Handle key_rows_h = arrays.stage_rows(key_rows), index_rows_h = arrays.stage_rows(index_key_rows);
+    DI_ICHECK(d % 4 != 0 || key_runs_of_rows.aligned(16), "attention: a key row is not 16-byte aligned");
+    const int64_t nk = key_runs_of_rows.rows, ni = index_runs_of_rows.rows;
+    const StepArrays::Handle row_runs_h = arrays.stage_i64(key_runs_of_rows.then(index_runs_of_rows, nk));
+    const StepArrays::Handle row_addresses_h = arrays.reserve_rows(nk + ni);  // the key rows, then the indexer's
     const StepArrays::Handle offsets_h = arrays.stage_i32(offsets), key_runs_h = arrays.stage_i32(key_runs);
     const StepArrays::Handle starts_h = arrays.stage_i32(csa_starts), limits_h = arrays.stage_i32(csa_limits);
     const StepArrays::Handle bases_h = arrays.stage_i32(csa_bases), index_begin_h = arrays.stage_i32(index_begin);
@@ -483,12 +490,15 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     if (L.has_indexer) run_compress(layer, index_plan, true, ikv, igate, arrays);
     const TensorView key_list = arrays.view(key_lists_h);
     be.fill_index_ranges(key_list, arrays.view(key_runs_h).reshape(Shape{T, 5}));
+    const TensorView row_addresses = arrays.view(row_addresses_h), row_runs = arrays.view(row_runs_h);
+    be.fill_row_addresses(row_addresses, row_runs.reshape(Shape{row_runs.numel() / 4, 4}));
+    const TensorView key_rows = row_addresses.slice_rows(0, nk);
     if (!csa.empty()) {
         // The indexer scores each sequence's entries for its queries and fills their CSA slots with the top ones:
         // one call each over every row of the step, or for a single sequence the calls whose kernels stage each
         // key tile once for many rows (prefill).
-        Tensor index_keys = alloc(Shape{static_cast<int64_t>(index_key_rows.size()), c.index_head_dim});
-        be.gather_rows(index_keys, arrays.view(index_rows_h));
+        Tensor index_keys = alloc(Shape{ni, c.index_head_dim});
+        be.gather_rows(index_keys, row_addresses.slice_rows(nk, nk + ni));
         const TensorView starts = arrays.view(starts_h), limits = arrays.view(limits_h);
         const float scale = 1.0f / std::sqrt(static_cast<float>(c.index_head_dim));
         Tensor scores;
@@ -521,8 +531,8 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         }
     }
     Tensor o = alloc(Shape{T, H, d});
-    be.sparse_attention_rows(o, q, arrays.view(key_rows_h), arrays.view(offsets_h).as<int32_t>(),
-                             key_list.as<int32_t>(), L.attn_sink.f32(), 1.0f / std::sqrt(static_cast<float>(d)));
+    be.sparse_attention_rows(o, q, key_rows, arrays.view(offsets_h).as<int32_t>(), key_list.as<int32_t>(),
+                             L.attn_sink.f32(), 1.0f / std::sqrt(static_cast<float>(d)));
     copy_kept_rows(window_rows, kv.view().reshape(Shape{T, d}), arrays);
 
     // Undo the rotation that V (= K) carried into the output, then the grouped low-rank projection.
