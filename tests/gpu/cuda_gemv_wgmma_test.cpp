@@ -1,11 +1,12 @@
-// The decode GEMV on Hopper wgmma for FP8 weights (backend/cuda/gemv_wgmma.cu) at 2..32 rows, outputs poisoned with
+// The decode GEMV on Hopper wgmma for FP8 weights (backend/cuda/gemv_wgmma.cu) at 2..128 rows (a launch per 64 rows
+// above 64), outputs poisoned with
 // NaN, against
 //  - the CPU backend within kBf16Bound (3e-2), the tolerance table's bound for products from bf16 activations;
 //  - the CPU product of the same bf16-rounded activations within kSameInputsBound (1e-4) for E8M0 scales (the weights
 //    are then exact in bf16 and only the fp32 summation order differs: a wrong k permutation, swizzle, scale, tile,
 //    split or fragment moves outputs by 1e-2 or more);
 //  - the mma.sync GEMV (launch_gemv_tc_jobs, the same numerics for every scale kind: bf16(fp8 * scale) weights, also
-//    for f32 scales that are not powers of two) within kSameInputsBound;
+//    for f32 scales that are not powers of two) within kSameInputsBound, up to 32 rows (where it applies);
 //  - itself: a second run bitwise equal (split-K partials summed in a fixed order).
 // Shapes: V4-Flash's wq_a, wkv, wq_b, wo_b and wo_a (8 groups with strided x and outputs), odd ones (features not a
 // multiple of 64, K of one and three 128-blocks), several products of different inputs, weight row offsets and
@@ -128,7 +129,8 @@ protected:
             return fetch(out);
         };
         const std::vector<float> got = run(DecodeGemv::kWgmma), again = run(DecodeGemv::kWgmma);
-        const std::vector<float> tc = run(DecodeGemv::kTc);
+        const bool tc_applies = rows <= 32;  // the mma.sync GEMV's rows
+        const std::vector<float> tc = tc_applies ? run(DecodeGemv::kTc) : std::vector<float>(got.size());
         // The references at the products' columns; every other output column must stay NaN.
         std::vector<float> ref, ref16, g, t;
         std::vector<bool> written(ldc, false);
@@ -164,7 +166,9 @@ protected:
         if (exact) {
             EXPECT_LE(rel_error(g, ref16), kSameInputsBound) << at << ": against the CPU on bf16 inputs";
         }
-        EXPECT_LE(rel_error(g, t), kSameInputsBound) << at << ": against the mma.sync GEMV";
+        if (tc_applies) {
+            EXPECT_LE(rel_error(g, t), kSameInputsBound) << at << ": against the mma.sync GEMV";
+        }
         EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * 4), 0) << at << ": a second run";
         int64_t stray = 0;
         for (int64_t r = 0; r < rows; ++r)
@@ -186,7 +190,7 @@ std::vector<int64_t> every_row_count() {
     for (int64_t t = 2; t <= 32; ++t) r.push_back(t);
     return r;
 }
-const std::vector<int64_t> kSampleRows = {2, 8, 9, 16, 17, 31, 32};
+const std::vector<int64_t> kSampleRows = {2, 8, 9, 16, 17, 31, 32, 33, 64, 65, 128};
 
 // V4-Flash's single projections with E8M0 scales (the release format): wq_a and wkv (128-row tiles, K split over
 // clusters of 8), wq_b (K = 1024: persistent CTAs over 128 tiles of 256 rows, no split), wo_b (K = 8192 split 8 ways).
@@ -211,7 +215,7 @@ TEST_F(CudaGemvWgmma, GroupedWoA) {
     const std::vector<LinearWeight> dw(1, to_backend(*gpu_, hw[0].w, &storage_));
     std::vector<Product> prods;
     for (int64_t g = 0; g < groups; ++g) prods.push_back({0, g * r, r, 0, g * k, g * r});
-    for (int64_t rows : {2, 9, 17, 32}) check(hw, dw, prods, 1, rows, groups * k, groups * r, "wo_a grouped");
+    for (int64_t rows : {2, 9, 17, 32, 40, 100}) check(hw, dw, prods, 1, rows, groups * k, groups * r, "wo_a grouped");
     for (int64_t rows : {5, 32}) {
         const std::vector<float> xv = randn(rows * groups * k);
         Tensor x = host(xv, Shape{rows, groups * k}), xd = device(x);
@@ -247,7 +251,7 @@ TEST_F(CudaGemvWgmma, OddShapes) {
         check_linear(fp8_weight(s.n, s.k, Scales::kE8m0), every_row_count(), what);
         check_linear(fp8_weight(s.n, s.k, Scales::kF32), {3, 24}, what + ", f32 scales");
     }
-    check_linear(fp8_weight(65536 + 100, 1024, Scales::kE8m0), {2, 17, 32}, "65636 x 1024");
+    check_linear(fp8_weight(65536 + 100, 1024, Scales::kE8m0), {2, 17, 32, 50, 97}, "65636 x 1024");
 }
 
 // Weights of e4m3 subnormal codes and zeros only (exponent bits 0: +-m 2^-9), which the fast decode turns into bf16
@@ -280,10 +284,10 @@ TEST_F(CudaGemvWgmma, SeveralProductsInOneLaunch) {
     }
 }
 
-// DEEPINFER_CUDA_DECODE_GEMV: wgmma (the default) runs the wgmma GEMV for FP8 products of 2..32 rows (bitwise what
-// run_decode_gemv_sync gives), tc the mma.sync one (likewise); the two agree; the profile names the kernel that ran;
-// linears with FP8 and BF16 projections take both; batch-invariant and tiled modes take neither; a bad value is
-// refused.
+// DEEPINFER_CUDA_DECODE_GEMV: wgmma (the default) runs the wgmma GEMV for FP8 products of 2..128 rows (bitwise what
+// run_decode_gemv_sync gives), tc the mma.sync one at 2..32 rows (likewise); the two agree; the profile names the
+// kernel that ran; linears with FP8 and BF16 projections take both (above 32 rows the wgmma GEMV and the mma.sync
+// GEMM); batch-invariant and tiled modes take neither; a bad value is refused.
 TEST_F(CudaGemvWgmma, BackendSwitch) {
     if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
     const HostWeight hw = fp8_weight(1024, 4096, Scales::kE8m0);
@@ -351,6 +355,45 @@ TEST_F(CudaGemvWgmma, BackendSwitch) {
     EXPECT_NE(mixed.find("matmul gemv wgmma 2-32 rows"), std::string::npos) << mixed;
     EXPECT_NE(mixed.find("matmul gemv tensor cores 2-16 rows"), std::string::npos) << mixed;
 
+    // 33..128 rows: FP8 on the wgmma GEMV (a launch per 64 rows), the BF16 projection on the mma.sync GEMM; under
+    // DEEPINFER_CUDA_DECODE_GEMV=tc and in batch-invariant mode no wgmma.
+    {
+        const int64_t many = 100;
+        const std::vector<float> xm = randn(many * 4096);
+        const Tensor xh = host(xm, Shape{many, 4096}), xmd = device(xh);
+        gpu_->synchronize();
+        auto project = [&](Backend& b, std::vector<std::vector<float>>* got) {
+            std::vector<Tensor> outs_m;
+            std::vector<Backend::Projection> gp_m;
+            for (size_t i = 0; i < hws.size(); ++i) outs_m.push_back(b.alloc(DType::kF32, Shape{many, hws[i]->w.rows}));
+            for (size_t i = 0; i < hws.size(); ++i) gp_m.push_back({outs_m[i], &dws[i]});
+            b.take_profile();
+            b.linears(xmd, gp_m);
+            for (Tensor& o : outs_m) {
+                std::vector<float> v(o.numel());
+                b.download(v.data(), o);
+                if (got) got->push_back(v);
+            }
+            return b.take_profile();
+        };
+        std::vector<std::vector<float>> got_m;
+        const std::string wide = project(*wg, &got_m);
+        for (size_t i = 0; i < hws.size(); ++i) {
+            Tensor ref = Tensor::f32(Shape{many, hws[i]->w.rows});
+            cpu_->linear(ref, xh, hws[i]->w);
+            EXPECT_LE(rel_error(got_m[i], values(ref)), kBf16Bound)
+                << "linears at " << many << " rows, projection " << i;
+        }
+        EXPECT_NE(wide.find("matmul gemv wgmma 33-128 rows"), std::string::npos) << wide;
+        EXPECT_NE(wide.find("matmul tensor cores"), std::string::npos) << wide;
+        const std::string wide_tc = project(*tc, nullptr);
+        EXPECT_EQ(wide_tc.find("wgmma"), std::string::npos) << wide_tc;
+        wg->set_batch_invariant(true);
+        const std::string wide_invariant = project(*wg, nullptr);
+        wg->set_batch_invariant(false);
+        EXPECT_EQ(wide_invariant.find("wgmma"), std::string::npos) << wide_invariant;
+    }
+
     // Batch-invariant mode keeps the tensor-core GEMM for every row count; tiled mode the fp32 GEMV.
     wg->set_batch_invariant(true);
     linear(*wg);
@@ -372,15 +415,16 @@ TEST_F(CudaGemvWgmma, BackendSwitch) {
     unsetenv("DEEPINFER_CUDA_DECODE_GEMV");
 }
 
-// gemv_wgmma_applies: FP8 with 128 x 128 scales (E8M0 or f32) and K a multiple of 128 at 2..32 rows on a compute
-// capability 9.0 device; not FP4, BF16, FP8 with 32 x 32 scales, K = 192 (one and a half scale blocks), 1 or 33 rows.
+// gemv_wgmma_applies: FP8 with 128 x 128 scales (E8M0 or f32) and K a multiple of 128 at 2..128 rows on a compute
+// capability 9.0 device; not FP4, BF16, FP8 with 32 x 32 scales, K = 192 (one and a half scale blocks), 1 or 129 rows.
 TEST_F(CudaGemvWgmma, AppliesPredicate) {
     const bool hopper = wgmma_device();
     const HostWeight e8m0 = fp8_weight(200, 256, Scales::kE8m0), f32 = fp8_weight(200, 256, Scales::kF32);
     for (const HostWeight* h : {&e8m0, &f32}) {
         const LinearWeight d = to_backend(*gpu_, h->w, &storage_);
-        for (int64_t rows : {2, 9, 32}) EXPECT_EQ(cuda::gemv_wgmma_applies(rows, d), hopper) << rows << " rows";
-        for (int64_t rows : {0, 1, 33, 64}) EXPECT_FALSE(cuda::gemv_wgmma_applies(rows, d)) << rows << " rows";
+        for (int64_t rows : {2, 9, 32, 33, 64, 128})
+            EXPECT_EQ(cuda::gemv_wgmma_applies(rows, d), hopper) << rows << " rows";
+        for (int64_t rows : {0, 1, 129, 256}) EXPECT_FALSE(cuda::gemv_wgmma_applies(rows, d)) << rows << " rows";
     }
     struct Kind {
         int format;  // make_weight's

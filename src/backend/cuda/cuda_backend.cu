@@ -243,7 +243,7 @@ public:
         const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
         DI_ICHECK(w.rows % groups == 0 && x.numel() == t * groups * k && out.numel() == t * w.rows, "grouped_linear");
         const WeightDesc d = cuda::describe_weight(w);
-        if (fp32_gemv(t, d) || tc_gemv(t, d)) {  // the groups in one launch
+        if (gemv_for(t, d) != Gemv::kNone) {  // the groups in one launch
             std::vector<cuda::GemvJob> jobs;
             for (int g = 0; g < groups; ++g)
                 jobs.push_back({out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, d, g * r, r});
@@ -253,6 +253,7 @@ public:
         for (int g = 0; g < groups; ++g)
             matmul(main_lane_, out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
     }
+    // The projections a GEMV takes share its launches (gemv_jobs()); the others run as linear() runs them.
     void linears(TensorView x, const std::vector<Projection>& projections) override {
         const int64_t t = x.dim(0);
         std::vector<cuda::GemvJob> jobs;
@@ -260,42 +261,43 @@ public:
             DI_ICHECK(x.ndim() == 2 && x.dim(1) == p.w->cols && p.out.numel() == t * p.w->rows, "linears ",
                       p.w->name);
             const WeightDesc d = cuda::describe_weight(*p.w);
-            // Not all on one GEMV (fp32 or tensor cores): each on its own kernel.
-            if (!(jobs.empty() ? fp32_gemv(t, d) || tc_gemv(t, d) : same_gemv(t, jobs[0].w, d))) {
-                Backend::linears(x, projections);
-                return;
-            }
-            jobs.push_back({p.out.f32(), p.w->rows, x.f32(), p.w->cols, d, 0, p.w->rows});
+            if (gemv_for(t, d) == Gemv::kNone)
+                matmul(main_lane_, p.out.f32(), p.w->rows, x.f32(), p.w->cols, t, d, 0, p.w->rows);
+            else
+                jobs.push_back({p.out.f32(), p.w->rows, x.f32(), p.w->cols, d, 0, p.w->rows});
         }
-        // Decode rows: the projections of each weight kind share a launch.
         gemv_jobs(jobs, t);
     }
-    // Whether b goes to the same GEMV family as a (the first job's weight) at t rows: the fp32 GEMV, or the tensor-core
-    // GEMVs (mma.sync or wgmma: gemv_jobs() launches each run of consecutive jobs on its own kernel).
-    bool same_gemv(int64_t t, const WeightDesc& a, const WeightDesc& b) const {
-        return fp32_gemv(t, a) ? fp32_gemv(t, b) : tc_gemv(t, a) && tc_gemv(t, b);
+    // The weight-streaming GEMV a product of `rows` rows takes, if any (else matmul()'s GEMM kernels).
+    enum class Gemv { kNone, kFp32, kTc, kWgmma };
+    Gemv gemv_for(int64_t rows, const WeightDesc& d) const {
+        if (wgmma_gemv(rows, d)) return Gemv::kWgmma;
+        if (tc_gemv(rows, d)) return Gemv::kTc;
+        if (fp32_gemv(rows, d)) return Gemv::kFp32;
+        return Gemv::kNone;
     }
-    // Products that all take the fp32 GEMV or all the tensor-core ones (same_gemv()), in shared launches: on the
-    // tensor cores each run of consecutive jobs of one kernel (wgmma_gemv() or not) shares launches.
+    // Products that each take a GEMV (gemv_for()): each run of consecutive jobs on one GEMV shares launches (the
+    // kernels group them further by weight kind and K).
     void gemv_jobs(const std::vector<cuda::GemvJob>& jobs, int64_t t) {
-        if (jobs.empty()) return;
-        if (tc_gemv(t, jobs[0].w)) {
-            for (size_t i = 0; i < jobs.size();) {
-                const bool wgmma = wgmma_gemv(t, jobs[i].w);
-                size_t end = i + 1;
-                while (end < jobs.size() && wgmma_gemv(t, jobs[end].w) == wgmma) ++end;
-                tc_gemv_launch(jobs.data() + i, static_cast<int>(end - i), t, wgmma, main_lane_);
-                i = end;
+        for (size_t i = 0; i < jobs.size();) {
+            const Gemv g = gemv_for(t, jobs[i].w);
+            DI_ICHECK(g != Gemv::kNone, "gemv_jobs: a product no GEMV takes");
+            size_t end = i + 1;
+            while (end < jobs.size() && gemv_for(t, jobs[end].w) == g) ++end;
+            const int n = static_cast<int>(end - i);
+            if (g == Gemv::kFp32) {
+                const auto op = profiler_->scope(t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
+                cuda::launch_gemv_jobs(jobs.data() + i, n, t, stream_);
+            } else {
+                tc_gemv_launch(jobs.data() + i, n, t, g == Gemv::kWgmma, main_lane_);
             }
-        } else {
-            const auto op = profiler_->scope(t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
-            cuda::launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), t, stream_);
+            i = end;
         }
     }
     // The tensor-core GEMV's jobs on `lane`: the wgmma kernel (wgmma_gemv()) or the mma.sync one.
     void tc_gemv_launch(const cuda::GemvJob* jobs, int count, int64_t t, bool wgmma, cuda::Lane& lane) {
         if (wgmma) {
-            const auto op = scope(lane, "matmul gemv wgmma 2-32 rows");
+            const auto op = scope(lane, t <= 32 ? "matmul gemv wgmma 2-32 rows" : "matmul gemv wgmma 33-128 rows");
             cuda::launch_gemv_wgmma_jobs(jobs, count, t, lane.stream);
         } else {
             const auto op =
@@ -305,8 +307,13 @@ public:
     }
     // FP8 products of the tensor-core GEMV on the wgmma kernel (gemv_wgmma.cu) where it applies, unless
     // DEEPINFER_CUDA_DECODE_GEMV=tc: the same numerics (bf16 activations and weights, fp32 sums) in another order.
+    // 33..128 rows too in the auto and tc modes (a launch per 64 rows), where the products would otherwise take the
+    // mma.sync GEMM (33..127 rows) or dequantize the whole weight for cuBLAS (from kCublasMinRows).
     bool wgmma_gemv(int64_t rows, const WeightDesc& d) const {
-        return decode_gemv_wgmma_ && tc_gemv(rows, d) && cuda::gemv_wgmma_applies(rows, d);
+        const bool mode = rows <= 32
+                              ? tc_gemv(rows, d)
+                              : !batch_invariant_ && (gemm_mode_ == GemmMode::kAuto || gemm_mode_ == GemmMode::kTc);
+        return decode_gemv_wgmma_ && mode && cuda::gemv_wgmma_applies(rows, d);
     }
     // 2..32 rows go to the tensor-core GEMV where the GEMM mode computes from bf16 inputs anyway; one row stays
     // on the fp32 GEMV (memory-bound either way, and exact). Batch-invariant mode takes neither (see matmul()).
@@ -342,10 +349,10 @@ public:
                 const WeightDesc& d, int64_t w_row0, int64_t n_out) {
         const bool cublas = !batch_invariant_ && (gemm_mode_ == GemmMode::kCublas || wide_bf16_on_cublas(rows, d) ||
                                                   (gemm_mode_ == GemmMode::kAuto && rows >= cuda::kCublasMinRows));
-        if (tc_gemv(rows, d)) {
+        if (const Gemv g = gemv_for(rows, d); g == Gemv::kTc || g == Gemv::kWgmma) {
             const cuda::GemvJob job{out, ldc, x, lda, d, w_row0, n_out};
-            tc_gemv_launch(&job, 1, rows, wgmma_gemv(rows, d), lane);
-        } else if (fp32_gemv(rows, d)) {
+            tc_gemv_launch(&job, 1, rows, g == Gemv::kWgmma, lane);
+        } else if (g == Gemv::kFp32) {
             const auto op = scope(lane, rows == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
             cuda::launch_gemv(out, ldc, x, lda, rows, d, w_row0, n_out, lane.stream);
         } else if (gemm_mode_ == GemmMode::kTiled) {

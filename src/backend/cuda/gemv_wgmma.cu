@@ -1,7 +1,7 @@
-// Products of 2..32 activation rows with FP8 weights (e4m3, 128 x 128 block scales, E8M0 or f32) on Hopper wgmma:
-// the decode GEMV of the attention projections. out[t, n] = sum_k x[t, k] W[w_row0 + n, k], the numerics of
-// gemv_tc.cu: x rounded to bf16 once (nearest even), each weight dequantized to bf16(fp8 * scale) (exact with E8M0
-// scales; f32 scales round as chunk_to_bf16 does), fp32 accumulation. Measured on an H200
+// Products of 2..128 activation rows with FP8 weights (e4m3, 128 x 128 block scales, E8M0 or f32) on Hopper wgmma:
+// the decode GEMV of the attention projections (and of the shared expert). out[t, n] = sum_k x[t, k] W[w_row0 + n, k],
+// the numerics of gemv_tc.cu: x rounded to bf16 once (nearest even), each weight dequantized to bf16(fp8 * scale)
+// (exact with E8M0 scales; f32 scales round as chunk_to_bf16 does), fp32 accumulation. Measured on an H200
 // (bench/results/gemv_wgmma_run22, 8 / 32 rows): wq_a 11.1 / 12.4 us, wkv 10.9 / 12.4, wq_b 16.5 / 18.1, wo_b 20.6 /
 // 23.7, wo_a 20.0 / 23.0: the large ones at 33-48% of the HBM rate, every call ~10 us above its bytes' time (the cost
 // model below expected ~3 us); what that fixed cost is made of (the xb launch, the cluster launch, the ring's first
@@ -11,7 +11,11 @@
 // loads, moves, address math, a dequantizing FMUL and pack per weight) and streams the V4-Flash projections at
 // 0.15-1.3 TB/s. Here the weights are the wgmma A operand (M = 64 weight rows a warpgroup), decoded from FP8 bytes in
 // shared memory into bf16 fragments in registers with ~2 integer/bf16 instructions a weight, and the activations are
-// B (N = 8, 16 or 32 token rows, bf16 in shared memory through a descriptor), so the tensor cores do the rest.
+// B (N = 8, 16, 32 or 64 token rows, bf16 in shared memory through a descriptor; more than 64 rows take a launch per
+// 64, each reading the weights again), so the tensor cores do the rest. At N = 64 the consumers' accumulators need more
+// registers than 640 threads get, so the producer warpgroup hands some over (setmaxnreg). Above 32 rows this replaces
+// the mma.sync GEMM and, at 128, cuBLAS on a dequantized copy (H200, 8-layer decode step, uniform routing: batch 48
+// 12.8 -> 10.7 ms, 64 13.96 -> 11.8, 96 17.0 -> 14.6, 128 16.3 -> 15.2).
 //
 // Two launches on the stream:
 //  0. xb [rows, K] bf16 per distinct x of the launch = x rounded to nearest even, k permuted inside each 128-block
@@ -96,7 +100,11 @@ constexpr int kConsumerGroups = 4;                             // consumer warpg
 constexpr int kConsumerThreads = 128 * kConsumerGroups;        // 512
 constexpr int kProducerThreads = 128;                          // one warpgroup
 constexpr int kThreads = kConsumerThreads + kProducerThreads;  // 640: 96 registers a thread at most
-constexpr int kMinRows = 2, kMaxRows = 32;
+// Registers a thread after setmaxnreg where an instantiation moves them (Geometry::kMoveRegs): 4 x 112 + 32 = 5 x 96.
+constexpr int kConsumerRegs = 112, kProducerRegs = 32;
+static_assert(kConsumerGroups * kConsumerRegs + kProducerRegs <= (kConsumerGroups + 1) * 96, "register file");
+constexpr int kMinRows = 2, kMaxRows = 128;
+constexpr int kMaxWidth = 64;       // token rows a launch at most (wgmma N); more rows take a launch per 64
 constexpr int kMaxJobs = 8;         // products per launch
 constexpr int kMaxSplits = 8;       // K splits: a portable cluster
 constexpr int kMaxStages = 12;      // ring stages at most
@@ -125,7 +133,10 @@ struct Geometry {
     static constexpr int kRingBytes = kStages * kStageBytes;
     static constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kStages * 8 + kRedBytes;
     static constexpr int kPartBytes = 4 * kParts * N * kRedStride;  // cluster partials [kParts][N][kRedStride]
-    static_assert(N == 8 || N == 16 || N == 32, "a wgmma width of whole 8-row swizzle atoms");
+    // N = 64: the consumers' 32 accumulators do not fit in the 96 registers a thread of 640 gets, so the producer
+    // warpgroup gives some of its registers to them (setmaxnreg).
+    static constexpr bool kMoveRegs = N == 64;
+    static_assert(N == 8 || N == 16 || N == 32 || N == 64, "a wgmma width of whole 8-row swizzle atoms");
     static_assert(kParts == 1 || kParts == 2, "a warpgroup reads one or two of a lane's 16-byte chunks a row");
     static_assert(kStageBytes % 1024 == 0, "stages keep the 128-byte swizzle atoms 1024-byte aligned");
     static_assert(kStages >= 4 && kSmemBytes <= kSmemLimit, "one CTA's shared memory");
@@ -500,6 +511,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_wgmma_kernel(const __grid_co
     const int kb0 = static_cast<int>(blockIdx.x) * p.kb_per_split;
     const int nk = max(0, min(p.nkb - kb0, p.kb_per_split));
     if (threadIdx.x >= kConsumerThreads) {
+        if constexpr (G::kMoveRegs) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
         produce<G>(p, ring, bars, kb0, nk);
         mma::cp_async_wait_all();
         if (gridDim.x > 1) {  // the consumers' two cluster barriers (split K)
@@ -509,6 +521,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemv_wgmma_kernel(const __grid_co
         }
         return;
     }
+    if constexpr (G::kMoveRegs) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     consume<G>(p, ring_ptr, ring, bars, red, kb0, nk);
 #endif
 }
@@ -647,8 +660,10 @@ void launch_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stre
         launch_width<8>(jobs, count, p, stream);
     else if (rows <= 16)
         launch_width<16>(jobs, count, p, stream);
-    else
+    else if (rows <= 32)
         launch_width<32>(jobs, count, p, stream);
+    else
+        launch_width<64>(jobs, count, p, stream);
     DI_CUDA_LAUNCH_CHECK();
     DI_CUDA_CHECK(cudaFreeAsync(xb, stream));
 }
@@ -671,9 +686,18 @@ void launch_gemv_wgmma_jobs(const GemvJob* jobs, int count, int64_t rows, cudaSt
         DI_ICHECK(gemv_wgmma_applies(rows, jobs[i].w) && jobs[i].n_out >= 0 && jobs[i].n_out <= (int64_t{1} << 30) &&
                       jobs[i].w_row0 >= 0,
                   "gemv_wgmma: product ", i, " of ", count, " at ", rows, " rows is not one the kernel takes");
-    // Jobs in their given order, consecutive compatible ones in one launch.
-    for_each_shared_launch(jobs, count, kMaxJobs, same_launch,
-                           [&](const GemvJob* first, int n) { launch_jobs(first, n, rows, stream); });
+    // Jobs in their given order, consecutive compatible ones in one launch; above kMaxWidth rows, a launch per
+    // kMaxWidth rows (each reads the weights again).
+    for (int64_t r0 = 0; r0 < rows; r0 += kMaxWidth) {
+        const int64_t n = std::min<int64_t>(kMaxWidth, rows - r0);
+        std::vector<GemvJob> part(jobs, jobs + count);
+        for (GemvJob& j : part) {
+            j.x += r0 * j.lda;
+            j.out += r0 * j.ldc;
+        }
+        for_each_shared_launch(part.data(), count, kMaxJobs, same_launch,
+                               [&](const GemvJob* first, int m) { launch_jobs(first, m, n, stream); });
+    }
 }
 
 bool gemv_wgmma_device() { return device_compute_capability() == 90; }

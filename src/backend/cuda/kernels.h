@@ -90,7 +90,7 @@ void launch_gemv_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_
 void launch_gemv_tc_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
 // The same products on Hopper wgmma for FP8 weights (gemv_wgmma.cu), with gemv_tc's numerics (bf16-rounded
 // activations, weights bf16(fp8 * scale), fp32 accumulation) but another summation order; deterministic (split-K
-// partials summed in a fixed order). Applies for 2..32 rows, FP8 with 128 x 128 scale blocks (E8M0 or f32), K a
+// partials summed in a fixed order). Applies for 2..128 rows, FP8 with 128 x 128 scale blocks (E8M0 or f32), K a
 // multiple of 128, 16-byte aligned rows, on a compute capability 9.0 device. Consecutive jobs of one K and scale kind
 // share a launch (up to 8); stream-ordered scratch (rows x K bf16 per distinct x) on `stream`.
 bool gemv_wgmma_applies(int64_t rows, const WeightDesc& w);
