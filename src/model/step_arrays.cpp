@@ -54,10 +54,13 @@ TensorView StepArrays::view(const Handle& h) const {
 }
 
 void RowRuns::add(const float* first, int64_t count, int64_t row_elems) {
-    if (count <= 0) return;
-    values.insert(values.end(), {rows, static_cast<int64_t>(reinterpret_cast<uintptr_t>(first)), count,
-                                 row_elems * static_cast<int64_t>(sizeof(float))});
-    rows += count;
+    const int64_t stride = row_elems * static_cast<int64_t>(sizeof(float));
+    for (int64_t done = 0; done < count; done += kMaxRunRows) {
+        const int64_t n = std::min(kMaxRunRows, count - done);
+        values.insert(values.end(),
+                      {rows, static_cast<int64_t>(reinterpret_cast<uintptr_t>(first + done * row_elems)), n, stride});
+        rows += n;
+    }
 }
 
 void RowRuns::add_paged(const PagedRows& paged, int64_t count) {
@@ -72,7 +75,7 @@ bool RowRuns::aligned(int64_t bytes) const {
     return true;
 }
 
-std::vector<int64_t> RowRuns::then(const RowRuns& more, int64_t offset) const {
+std::vector<int64_t> RowRuns::concat(const RowRuns& more, int64_t offset) const {
     std::vector<int64_t> all = values;
     all.reserve(values.size() + more.values.size());
     for (size_t i = 0; i < more.values.size(); i += 4)

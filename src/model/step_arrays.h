@@ -12,9 +12,9 @@
 namespace deepinfer {
 
 // Arrays are staged on the host and copied in one transfer (each upload is a copy of its own on a device, a
-// few microseconds): stage_*() keeps a host copy and returns a handle; reserve_i32() asks for room in the same
-// block that backend ops fill (nothing staged or copied); upload_staged() allocates the block and copies
-// everything staged; view() then gives an array in backend memory, alive as long as this object.
+// few microseconds): stage_*() keeps a host copy and returns a handle; reserve_i32() and reserve_rows() ask for
+// room in the same block that backend ops fill (nothing staged or copied); upload_staged() allocates the block and
+// copies everything staged; view() then gives an array in backend memory, alive as long as this object.
 class StepArrays {
 public:
     explicit StepArrays(Backend& backend) : backend_(backend) {}
@@ -54,14 +54,16 @@ struct RowRuns {
     std::vector<int64_t> values;
     int64_t rows = 0;
 
-    // count rows of row_elems floats from `first` on (no run when count is 0).
+    // count rows of row_elems floats from `first` on (no run when count is 0), in runs of at most kMaxRunRows
+    // (device backends give each run a block of threads).
     void add(const float* first, int64_t count, int64_t row_elems);
+    static constexpr int64_t kMaxRunRows = 2048;
     // The first count rows of a paged buffer, a run a page.
     void add_paged(const PagedRows& paged, int64_t count);
     // Whether every row's address is a multiple of `bytes`.
     bool aligned(int64_t bytes) const;
     // These runs, then `more`'s with their rows placed from row `offset` on.
-    std::vector<int64_t> then(const RowRuns& more, int64_t offset) const;
+    std::vector<int64_t> concat(const RowRuns& more, int64_t offset) const;
 };
 
 // A device tensor's values on the host (a copy; the tensor itself on host backends).

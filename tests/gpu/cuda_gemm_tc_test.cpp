@@ -208,8 +208,8 @@ TEST_F(CudaGemmTc, GemvTensorCoresGrouped) {
 }
 
 // Backend::linears: several weights of one input. On the fp32 GEMV (1 row, and every row count in tiled mode)
-// and on the tensor-core GEMV (2..32 rows in tc mode) the compatible ones share a launch (here FP8 of two
-// heights, then BF16, then FP8 again: three launches); otherwise each runs as linear() does.
+// and on the tensor-core GEMVs (2..32 rows in tc mode; FP8 up to 128 rows on wgmma) the compatible ones share a
+// launch (here FP8 of two heights, then BF16, then FP8 again: three launches); the others run as linear() does.
 class CudaLinears : public GemmCompare {
 public:
     explicit CudaLinears(const char* mode = "tiled") : GemmCompare(mode) {}

@@ -102,7 +102,8 @@ TEST(CudaMovement, FillRowAddressesMatchesTheCpu) {
     std::vector<int64_t> runs;
     int64_t size = 0;
     for (int64_t q = 0; q < runs_n; ++q) {
-        const int64_t count = q % 7 == 0 ? 0 : static_cast<int64_t>(rng() % 1100);  // up to ~8 blocks' worth
+        const int64_t count =
+            q % 7 == 0 ? 0 : static_cast<int64_t>(rng() % 1100);  // one block, up to ~9 passes of its threads
         const int64_t gap = q % 3 == 0 ? static_cast<int64_t>(rng() % 50) : 0;      // entries left alone
         runs.insert(runs.end(),
                     {size, static_cast<int64_t>(rng() >> 8), count, 16 * static_cast<int64_t>(rng() % 600)});

@@ -121,8 +121,8 @@ public:
         DI_CHECK(decode_mode == "wgmma" || decode_mode == "linear",
                  "DEEPINFER_CUDA_DECODE_EXPERTS must be wgmma or linear, not '", decode_mode, "'");
         decode_experts_wgmma_ = decode_mode == "wgmma";
-        // DEEPINFER_CUDA_DECODE_GEMV: the FP8 products that the tensor-core GEMV would take (2..32 rows) on the wgmma
-        // GEMV where it applies (wgmma, the default) or on the mma.sync one (tc).
+        // DEEPINFER_CUDA_DECODE_GEMV: FP8 products of 2..128 rows on the wgmma GEMV where it applies (wgmma, the
+        // default), or those of 2..32 rows on the mma.sync GEMV and the larger ones on the GEMM kernels (tc).
         const char* gemv = std::getenv("DEEPINFER_CUDA_DECODE_GEMV");
         const std::string gemv_mode = gemv && *gemv ? gemv : "wgmma";
         DI_CHECK(gemv_mode == "wgmma" || gemv_mode == "tc", "DEEPINFER_CUDA_DECODE_GEMV must be wgmma or tc, not '",

@@ -100,9 +100,11 @@ constexpr int kConsumerGroups = 4;                             // consumer warpg
 constexpr int kConsumerThreads = 128 * kConsumerGroups;        // 512
 constexpr int kProducerThreads = 128;                          // one warpgroup
 constexpr int kThreads = kConsumerThreads + kProducerThreads;  // 640: 96 registers a thread at most
-// Registers a thread after setmaxnreg where an instantiation moves them (Geometry::kMoveRegs): 4 x 112 + 32 = 5 x 96.
+// Registers a thread after setmaxnreg where an instantiation moves them (Geometry::kMoveRegs): 4 x 112 + 32 = 5 x 96,
+// the 96 being what ptxas gives each of kThreads threads under __launch_bounds__(kThreads, 1).
+constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
 constexpr int kConsumerRegs = 112, kProducerRegs = 32;
-static_assert(kConsumerGroups * kConsumerRegs + kProducerRegs <= (kConsumerGroups + 1) * 96, "register file");
+static_assert(kConsumerGroups * kConsumerRegs + kProducerRegs <= (kConsumerGroups + 1) * kLaunchRegs, "register file");
 constexpr int kMinRows = 2, kMaxRows = 128;
 constexpr int kMaxWidth = 64;       // token rows a launch at most (wgmma N); more rows take a launch per 64
 constexpr int kMaxJobs = 8;         // products per launch
@@ -133,8 +135,8 @@ struct Geometry {
     static constexpr int kRingBytes = kStages * kStageBytes;
     static constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kStages * 8 + kRedBytes;
     static constexpr int kPartBytes = 4 * kParts * N * kRedStride;  // cluster partials [kParts][N][kRedStride]
-    // N = 64: the consumers' 32 accumulators do not fit in the 96 registers a thread of 640 gets, so the producer
-    // warpgroup gives some of its registers to them (setmaxnreg).
+    // N = 64: 32 accumulators a consumer thread, with its weight fragments and addresses, do not fit in the 96
+    // registers a thread of 640 gets (ptxas spilled), so the producer warpgroup gives some of its to them (setmaxnreg).
     static constexpr bool kMoveRegs = N == 64;
     static_assert(N == 8 || N == 16 || N == 32 || N == 64, "a wgmma width of whole 8-row swizzle atoms");
     static_assert(kParts == 1 || kParts == 2, "a warpgroup reads one or two of a lane's 16-byte chunks a row");

@@ -1,12 +1,15 @@
 // StepArrays: staged arrays arrive in backend memory intact and aligned, and reserved arrays get room of their own
-// in the same block, after the staged ones, without overlapping them or each other.
+// in the same block, after the staged ones, without overlapping them or each other. RowRuns: rows described as runs
+// expand (fill_row_addresses) to the addresses a row-by-row walk gives, long runs split, paged buffers a run a page.
+#include "model/step_arrays.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <vector>
 
 #include "backend/backend.h"
-#include "model/step_arrays.h"
+#include "model/model.h"
 
 namespace deepinfer {
 namespace {
@@ -41,6 +44,46 @@ TEST(StepArrays, StagedArraysArriveAndReservedOnesHaveTheirOwnRoom) {
     for (int i = 0; i < 7; ++i) v1.as<int32_t>()[i] = -1;
     for (int i = 0; i < 3; ++i) v2.as<int32_t>()[i] = -2;
     EXPECT_EQ(std::vector<int32_t>(vb.as<int32_t>(), vb.as<int32_t>() + 5), b);
+}
+
+// Reserved I64 rows next to staged I64 runs: fill_row_addresses expands the runs into them.
+TEST(RowRuns, ExpandToTheRowByRowAddresses) {
+    auto be = create_backend("cpu", 1);
+    const int64_t d = 6, per_page = 5;
+    std::vector<float> ring(20 * d), step(3 * d), page0(per_page * d), page1(per_page * d), page2(per_page * d);
+    const PagedRows paged{{page0.data(), page1.data(), page2.data()}, per_page, d};
+    std::vector<float> long_run(static_cast<size_t>((RowRuns::kMaxRunRows + 10) * 2));
+    RowRuns keys, index;
+    std::vector<const float*> want;
+    keys.add(ring.data() + 17 * d, 3, d);  // a window wrapping at the ring's end: rows 17..19, then 0..1
+    keys.add(ring.data(), 2, d);
+    keys.add(step.data(), 0, d);  // no run
+    keys.add(step.data(), 3, d);
+    keys.add_paged(paged, 12);  // pages of 5, 5, 2
+    for (int64_t r : {17, 18, 19, 0, 1}) want.push_back(ring.data() + r * d);
+    for (int64_t r = 0; r < 3; ++r) want.push_back(step.data() + r * d);
+    for (int64_t e = 0; e < 12; ++e) want.push_back(paged.row(e));
+    const int64_t nk = keys.rows;
+    index.add(long_run.data(), RowRuns::kMaxRunRows + 10, 2);  // split in two runs
+    for (int64_t r = 0; r < RowRuns::kMaxRunRows + 10; ++r) want.push_back(long_run.data() + 2 * r);
+    EXPECT_EQ(nk, 20);
+    EXPECT_EQ(keys.values.size(), 4u * 6);   // 2 window + 1 step + 3 pages
+    EXPECT_EQ(index.values.size(), 4u * 2);  // kMaxRunRows, then 10
+    EXPECT_TRUE(keys.aligned(8));
+
+    StepArrays arrays(*be);
+    const std::vector<int64_t> runs = keys.concat(index, nk);
+    const StepArrays::Handle runs_h = arrays.stage_i64(runs);
+    const StepArrays::Handle rows_h = arrays.reserve_rows(nk + index.rows);
+    arrays.upload_staged();
+    const TensorView rows = arrays.view(rows_h), r = arrays.view(runs_h);
+    be->fill_row_addresses(rows, r.reshape(Shape{r.numel() / 4, 4}));
+    ASSERT_EQ(rows.numel(), static_cast<int64_t>(want.size()));
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(rows.as<float*>()[i], want[i]) << "row " << i;
+
+    RowRuns odd;
+    odd.add(ring.data() + 1, 2, d);  // 4 bytes past an aligned row
+    EXPECT_FALSE(odd.aligned(8));
 }
 
 }  // namespace
