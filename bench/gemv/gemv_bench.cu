@@ -12,7 +12,8 @@
 // (expert_linear x 3 + swiglu, each on the kernel the default mode picks for its rows) against the fused wgmma
 // kernels planned on the device (launch_routed_experts_wgmma, Backend::routed_experts on Hopper), GB/s over the three
 // weights of the distinct experts, and the two outputs' relative difference.
-//   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--experts-only | --no-experts]
+// --wgmma-plans instead times each launch plan of the wgmma GEMV (run_wgmma_plans).
+//   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--experts-only | --no-experts | --wgmma-plans]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -351,10 +353,83 @@ void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
 
 }  // namespace
 
+// The wgmma GEMV's launch plans (tile height: 2 or 4 slices of 64 weight rows; K splits 1..8), each forced in turn
+// (set_gemv_wgmma_plan) on the FP8 decode products, against the cost model's choice: which plan is fastest per shape
+// and row count, to check the model. The backend's launches: wq_b with the indexer's wq_b (one input, K 1024) is
+// one launch of two products, timed here as one weight of their rows.
+void run_wgmma_plans(double bandwidth, int iters) {
+    const std::vector<Case> cases = {
+        {"wq_a", 1024, 4096, 1, 0, 0, 1},           {"wkv", 512, 4096, 1, 0, 0, 1},
+        {"wq_b", 32768, 1024, 1, 0, 0, 1},          {"wq_b + index wq_b", 40960, 1024, 1, 0, 0, 1},
+        {"wo_b", 4096, 8192, 1, 0, 0, 1},           {"wo_a (8 groups)", 8192, 4096, 1, 0, 0, 8},
+        {"shared w1 + w3", 4096, 4096, 1, 0, 0, 1}, {"shared w2", 4096, 2048, 1, 0, 0, 1},
+    };
+    keep_freed_blocks();
+    float *x = nullptr, *out = nullptr;
+    const int64_t max_x = 64 * 8 * 4096, max_out = 64 * 40960;
+    CHECK(cudaMalloc(&x, max_x * 4));
+    CHECK(cudaMalloc(&out, max_out * 4));
+    fill_device(x, max_x * 4, 0, 7);
+    const int plans[][2] = {{4, 1}, {4, 2}, {4, 4}, {4, 8}, {2, 1}, {2, 2}, {2, 4}, {2, 8}};
+    std::printf("%-18s %-14s %4s %-14s %9s %6s", "wgmma plans", "[n x k]", "rows", "model's plan", "us", "% bw");
+    for (const auto& pl : plans) std::printf("   s%d/k%d", pl[0], pl[1]);
+    std::printf("   (us; - = not a plan for this shape)\n");
+    for (const Case& c : cases) {
+        std::vector<Matrix> copies(1, make_matrix(c, 1));
+        const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
+        while (static_cast<int64_t>(copies.size()) * bytes < (int64_t{256} << 20) && copies.size() < 64)
+            copies.push_back(make_matrix(c, 1 + 2 * static_cast<uint32_t>(copies.size())));
+        const int64_t r = c.n / c.groups;
+        auto jobs_of = [&](const WeightDesc& d) {
+            std::vector<GemvJob> jobs;
+            for (int g = 0; g < c.groups; ++g)
+                jobs.push_back({out + g * r, c.n, x + g * c.k, c.groups * c.k, d, g * r, r});
+            return jobs;
+        };
+        for (int rows : {8, 32, 64}) {
+            auto timed = [&]() {
+                auto call = [&](int i) {
+                    const std::vector<GemvJob> jobs = jobs_of(copies[i % copies.size()].d);
+                    launch_gemv_wgmma_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
+                };
+                for (int i = 0; i < 5; ++i) call(i);
+                return deepinfer::bench::mean_call_us(iters, call);
+            };
+            const std::vector<GemvJob> jobs0 = jobs_of(copies[0].d);
+            const GemvWgmmaPlan chosen = gemv_wgmma_plan_of(jobs0.data(), static_cast<int>(jobs0.size()), rows);
+            const double model_us = timed();
+            char shape[32], plan[32];
+            std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(c.n),
+                          static_cast<long long>(c.k));
+            std::snprintf(plan, sizeof plan, "s%d/k%d (%lld t)", chosen.slices, chosen.splits,
+                          static_cast<long long>(chosen.tiles));
+            std::printf("%-18s %-14s %4d %-14s %9.2f %5.1f%%", c.name, shape, rows, plan, model_us,
+                        100.0 * static_cast<double>(bytes) / model_us / 1e3 / bandwidth);
+            for (const auto& pl : plans) {
+                set_gemv_wgmma_plan(pl[0], pl[1]);
+                try {
+                    std::printf(" %7.2f", timed());
+                } catch (const std::exception&) {  // not a plan for this shape (e.g. more splits than k blocks)
+                    std::printf(" %7s", "-");
+                }
+                set_gemv_wgmma_plan(0, 0);
+            }
+            std::printf("\n");
+            std::fflush(stdout);
+        }
+        for (Matrix& m : copies) {
+            CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));
+            if (m.d.scale) CHECK(cudaFree(const_cast<uint8_t*>(m.d.scale)));
+        }
+    }
+    CHECK(cudaFree(x));
+    CHECK(cudaFree(out));
+}
+
 int main(int argc, char** argv) {
     double bandwidth = 4259;
     int iters = 200;
-    bool gemv = true, experts = true;
+    bool gemv = true, experts = true, plans = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--bandwidth-gbs") && i + 1 < argc)
             bandwidth = std::atof(argv[++i]);
@@ -364,11 +439,18 @@ int main(int argc, char** argv) {
             gemv = false;
         else if (!std::strcmp(argv[i], "--no-experts"))
             experts = false;
+        else if (!std::strcmp(argv[i], "--wgmma-plans"))
+            plans = true;
         else {
             std::fprintf(stderr,
-                         "usage: gemv_bench [--bandwidth-gbs GBS] [--iters N] [--experts-only | --no-experts]\n");
+                         "usage: gemv_bench [--bandwidth-gbs GBS] [--iters N] [--experts-only | --no-experts | "
+                         "--wgmma-plans]\n");
             return 2;
         }
+    }
+    if (plans) {
+        run_wgmma_plans(bandwidth, iters);
+        return 0;
     }
     // DeepSeek-V4-Flash decode products: routed experts (FP4), attention projections (FP8, 128x128 E8M0
     // blocks; one F32-scale variant), the grouped output projection, the head and the router gate (BF16).

@@ -79,6 +79,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/bf16_mma.cuh"
@@ -571,16 +572,23 @@ struct Plan {
     int64_t tiles = 0, cost = -1;
 };
 
+// A plan forced by set_gemv_wgmma_plan (gemv_bench's plan sweep): slices and splits, 0 when none.
+std::atomic<int> forced_slices{0}, forced_splits{0};
+
 // Tile height and K splits (see the header comment). Cost in 8 KB stage-slices on the busiest SM: waves x stages
 // a split x slices, at least the launch's total over all SMs (the HBM's share), plus ~2 for a cluster reduction.
 template <int N>
 Plan plan(const GemvJob* jobs, int count, int64_t nkb) {
     const int64_t sms = device_sm_count();
+    const int only_slices = forced_slices.load(std::memory_order_relaxed);
+    const int only_splits = forced_splits.load(std::memory_order_relaxed);
     Plan best;
     for (int slices : {4, 2}) {
+        if (only_slices && slices != only_slices) continue;
         int64_t tiles = 0;
         for (int i = 0; i < count; ++i) tiles += ceil_div(jobs[i].n_out, int64_t{kSliceRows} * slices);
         for (int s = 1; s <= std::min<int64_t>(kMaxSplits, nkb); ++s) {
+            if (only_splits && s != only_splits) continue;
             const int64_t per = ceil_div(nkb, s);
             if ((s - 1) * per >= nkb) continue;    // a split without k blocks
             if (s > 1 && tiles > 65535) continue;  // one CTA a tile: the grid's y dimension holds 65535
@@ -703,6 +711,29 @@ void launch_gemv_wgmma_jobs(const GemvJob* jobs, int count, int64_t rows, cudaSt
 }
 
 bool gemv_wgmma_device() { return device_compute_capability() == 90; }
+
+bool set_gemv_wgmma_plan(int slices, int splits) {
+    if (!((slices == 0 && splits == 0) || ((slices == 2 || slices == 4) && splits >= 1 && splits <= kMaxSplits)))
+        return false;
+    forced_slices.store(slices, std::memory_order_relaxed);
+    forced_splits.store(splits, std::memory_order_relaxed);
+    return true;
+}
+
+GemvWgmmaPlan gemv_wgmma_plan_of(const GemvJob* jobs, int count, int64_t rows) {
+    const int64_t width = std::min<int64_t>(rows, kMaxWidth), nkb = jobs[0].w.cols / kBK;
+    auto of = [&](auto width_tag) {
+        constexpr int N = decltype(width_tag)::value;
+        configure<N, 4>();  // the occupancy queries need the shared-memory attribute set
+        configure<N, 2>();
+        return plan<N>(jobs, count, nkb);
+    };
+    const Plan pl = width <= 8    ? of(std::integral_constant<int, 8>{})
+                    : width <= 16 ? of(std::integral_constant<int, 16>{})
+                    : width <= 32 ? of(std::integral_constant<int, 32>{})
+                                  : of(std::integral_constant<int, 64>{});
+    return {pl.slices, pl.splits, pl.tiles};
+}
 
 bool gemv_wgmma_applies(int64_t rows, const LinearWeight& w) { return gemv_wgmma_applies(rows, describe_weight(w)); }
 

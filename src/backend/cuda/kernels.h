@@ -94,6 +94,16 @@ void launch_gemv_tc_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStrea
 // multiple of 128, 16-byte aligned rows, on a compute capability 9.0 device. Consecutive jobs of one K and scale kind
 // share a launch (up to 8); stream-ordered scratch (rows x K bf16 per distinct x) on `stream`.
 bool gemv_wgmma_applies(int64_t rows, const WeightDesc& w);
+// For gemv_bench's plan sweep: force every later launch's tile height (slices of 64 weight rows: 2 or 4) and K splits
+// (1..8; a launch where that plan cannot run fails), or (0, 0) for the cost model's choice again; false for other
+// values. Not for concurrent use with other launches.
+bool set_gemv_wgmma_plan(int slices, int splits);
+struct GemvWgmmaPlan {
+    int slices, splits;
+    int64_t tiles;
+};
+// The plan a launch of these jobs (same K, at most 8) at `rows` rows (at most 64) takes.
+GemvWgmmaPlan gemv_wgmma_plan_of(const GemvJob* jobs, int count, int64_t rows);
 void launch_gemv_wgmma_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
 void launch_embedding(float* out, const WeightDesc& table, const int32_t* ids, int64_t rows, cudaStream_t stream);
 
