@@ -12,8 +12,9 @@
 // (expert_linear x 3 + swiglu, each on the kernel the default mode picks for its rows) against the fused wgmma
 // kernels planned on the device (launch_routed_experts_wgmma, Backend::routed_experts on Hopper), GB/s over the three
 // weights of the distinct experts, and the two outputs' relative difference.
-// --wgmma-plans instead times each launch plan of the wgmma GEMV (run_wgmma_plans).
-//   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--experts-only | --no-experts | --wgmma-plans]
+// --wgmma-plans instead times each launch plan of the wgmma GEMV (run_wgmma_plans), --gemv-splits each split of the
+// fp32 GEMV (run_gemv_splits).
+//   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--experts-only | --no-experts | --wgmma-plans] [--gemv-splits]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -353,6 +354,55 @@ void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
 
 }  // namespace
 
+// Enough copies of c's weight (>= 256 MB) that launches rotating through them read from HBM, not the 50 MB L2.
+std::vector<Matrix> rotating_copies(const Case& c) {
+    std::vector<Matrix> copies(1, make_matrix(c, 1));
+    const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
+    while (static_cast<int64_t>(copies.size()) * bytes < (int64_t{256} << 20) && copies.size() < 64)
+        copies.push_back(make_matrix(c, 1 + 2 * static_cast<uint32_t>(copies.size())));
+    return copies;
+}
+
+void free_copies(std::vector<Matrix>& copies) {
+    for (Matrix& m : copies) {
+        CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));
+        if (m.d.scale) CHECK(cudaFree(const_cast<uint8_t*>(m.d.scale)));
+    }
+    copies.clear();
+}
+
+// A sweep's activations (filled with deterministic values) and outputs, freed at scope exit.
+struct SweepBuffers {
+    float* x = nullptr;
+    float* out = nullptr;
+    SweepBuffers(int64_t x_elems, int64_t out_elems) {
+        CHECK(cudaMalloc(&x, x_elems * 4));
+        CHECK(cudaMalloc(&out, out_elems * 4));
+        fill_device(x, x_elems * 4, 0, 7);
+    }
+    ~SweepBuffers() {
+        cudaFree(x);
+        cudaFree(out);
+    }
+};
+
+// Each forced launch configuration in turn (force(a, b); force(0, 0) restores the kernel's own choice): its time,
+// or "-" where the launch refuses it (not a valid configuration for the shape), then the end of the line.
+template <class Force, class Timed>
+void print_forced(const int (&configs)[8][2], Force force, Timed timed) {
+    for (const auto& cf : configs) {
+        force(cf[0], cf[1]);
+        try {
+            std::printf(" %7.2f", timed());
+        } catch (const std::exception&) {
+            std::printf(" %7s", "-");
+        }
+        force(0, 0);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+}
+
 // The wgmma GEMV's launch plans (tile height: 2 or 4 slices of 64 weight rows; K splits 1..8), each forced in turn
 // (set_gemv_wgmma_plan) on the FP8 decode products, against the cost model's choice: which plan is fastest per shape
 // and row count, to check the model. The backend's launches: wq_b with the indexer's wq_b (one input, K 1024) is
@@ -365,20 +415,15 @@ void run_wgmma_plans(double bandwidth, int iters) {
         {"shared w1 + w3", 4096, 4096, 1, 0, 0, 1}, {"shared w2", 4096, 2048, 1, 0, 0, 1},
     };
     keep_freed_blocks();
-    float *x = nullptr, *out = nullptr;
-    const int64_t max_x = 64 * 8 * 4096, max_out = 64 * 40960;
-    CHECK(cudaMalloc(&x, max_x * 4));
-    CHECK(cudaMalloc(&out, max_out * 4));
-    fill_device(x, max_x * 4, 0, 7);
+    const SweepBuffers buffers(64 * 8 * 4096, 64 * 40960);
+    float *x = buffers.x, *out = buffers.out;
     const int plans[][2] = {{4, 1}, {4, 2}, {4, 4}, {4, 8}, {2, 1}, {2, 2}, {2, 4}, {2, 8}};
     std::printf("%-18s %-14s %4s %-14s %9s %6s", "wgmma plans", "[n x k]", "rows", "model's plan", "us", "% bw");
     for (const auto& pl : plans) std::printf("   s%d/k%d", pl[0], pl[1]);
     std::printf("   (us; - = not a plan for this shape)\n");
     for (const Case& c : cases) {
-        std::vector<Matrix> copies(1, make_matrix(c, 1));
+        std::vector<Matrix> copies = rotating_copies(c);
         const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
-        while (static_cast<int64_t>(copies.size()) * bytes < (int64_t{256} << 20) && copies.size() < 64)
-            copies.push_back(make_matrix(c, 1 + 2 * static_cast<uint32_t>(copies.size())));
         const int64_t r = c.n / c.groups;
         auto jobs_of = [&](const WeightDesc& d) {
             std::vector<GemvJob> jobs;
@@ -405,31 +450,66 @@ void run_wgmma_plans(double bandwidth, int iters) {
                           static_cast<long long>(chosen.tiles));
             std::printf("%-18s %-14s %4d %-14s %9.2f %5.1f%%", c.name, shape, rows, plan, model_us,
                         100.0 * static_cast<double>(bytes) / model_us / 1e3 / bandwidth);
-            for (const auto& pl : plans) {
-                set_gemv_wgmma_plan(pl[0], pl[1]);
-                try {
-                    std::printf(" %7.2f", timed());
-                } catch (const std::exception&) {  // not a plan for this shape (e.g. more splits than k blocks)
-                    std::printf(" %7s", "-");
-                }
-                set_gemv_wgmma_plan(0, 0);
-            }
-            std::printf("\n");
-            std::fflush(stdout);
+            print_forced(plans, set_gemv_wgmma_plan, timed);
         }
-        for (Matrix& m : copies) {
-            CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));
-            if (m.d.scale) CHECK(cudaFree(const_cast<uint8_t*>(m.d.scale)));
-        }
+        free_copies(copies);
     }
-    CHECK(cudaFree(x));
-    CHECK(cudaFree(out));
+}
+
+// The fp32 GEMV's splits (output rows per 8-lane group: 1 or 2; K over a cluster of 1-8 blocks), each forced in
+// turn (set_gemv_split) at 1 and 4 rows on the decode products that take it, against the heuristic's choice.
+void run_gemv_splits(double bandwidth, int iters) {
+    const std::vector<Case> cases = {
+        {"wq_a", 1024, 4096, 1, 0, 0, 1},
+        {"wkv", 512, 4096, 1, 0, 0, 1},
+        {"wq_b + index wq_b", 40960, 1024, 1, 0, 0, 1},
+        {"wo_b", 4096, 8192, 1, 0, 0, 1},
+        {"wo_a (8 groups)", 8192, 4096, 1, 0, 0, 8},
+        {"shared w1 + w3", 4096, 4096, 1, 0, 0, 1},
+        {"shared w2", 4096, 2048, 1, 0, 0, 1},
+        {"compressor + indexer (bf16)", 2624, 4096, 0, 1, 0, 1},
+        {"router gate", 256, 4096, 0, 1, 0, 1},
+    };
+    keep_freed_blocks();
+    const SweepBuffers buffers(8 * 8 * 8192, 8 * 40960);
+    float *x = buffers.x, *out = buffers.out;
+    const int splits[][2] = {{1, 1}, {1, 2}, {1, 4}, {1, 8}, {2, 1}, {2, 2}, {2, 4}, {2, 8}};
+    std::printf("%-26s %-14s %4s %9s %6s", "fp32 gemv splits", "[n x k]", "rows", "us", "% bw");
+    for (const auto& sp : splits) std::printf("  r%d/c%d", sp[0], sp[1]);
+    std::printf("   (us; - = not a split for this shape)\n");
+    for (const Case& c : cases) {
+        std::vector<Matrix> copies = rotating_copies(c);
+        const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
+        const int64_t r = c.n / c.groups;
+        for (int rows : {1, 4}) {
+            if (!gemv_applies(rows, copies[0].d)) continue;
+            auto timed = [&]() {
+                auto call = [&](int i) {
+                    std::vector<GemvJob> jobs;
+                    const WeightDesc& d = copies[i % copies.size()].d;
+                    for (int g = 0; g < c.groups; ++g)
+                        jobs.push_back({out + g * r, c.n, x + g * c.k, c.groups * c.k, d, g * r, r});
+                    launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
+                };
+                for (int i = 0; i < 5; ++i) call(i);
+                return deepinfer::bench::mean_call_us(iters, call);
+            };
+            const double us = timed();
+            char shape[32];
+            std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(c.n),
+                          static_cast<long long>(c.k));
+            std::printf("%-26s %-14s %4d %9.2f %5.1f%%", c.name, shape, rows, us,
+                        100.0 * static_cast<double>(bytes) / us / 1e3 / bandwidth);
+            print_forced(splits, set_gemv_split, timed);
+        }
+        free_copies(copies);
+    }
 }
 
 int main(int argc, char** argv) {
     double bandwidth = 4259;
     int iters = 200;
-    bool gemv = true, experts = true, plans = false;
+    bool gemv = true, experts = true, plans = false, splits = false;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--bandwidth-gbs") && i + 1 < argc)
             bandwidth = std::atof(argv[++i]);
@@ -441,15 +521,18 @@ int main(int argc, char** argv) {
             experts = false;
         else if (!std::strcmp(argv[i], "--wgmma-plans"))
             plans = true;
+        else if (!std::strcmp(argv[i], "--gemv-splits"))
+            splits = true;
         else {
             std::fprintf(stderr,
                          "usage: gemv_bench [--bandwidth-gbs GBS] [--iters N] [--experts-only | --no-experts | "
-                         "--wgmma-plans]\n");
+                         "--wgmma-plans] [--gemv-splits]\n");
             return 2;
         }
     }
-    if (plans) {
-        run_wgmma_plans(bandwidth, iters);
+    if (plans || splits) {
+        if (splits) run_gemv_splits(bandwidth, iters);
+        if (plans) run_wgmma_plans(bandwidth, iters);
         return 0;
     }
     // DeepSeek-V4-Flash decode products: routed experts (FP4), attention projections (FP8, 128x128 E8M0
@@ -493,11 +576,8 @@ int main(int argc, char** argv) {
         std::printf("%-18s %-9s %-14s %4s %-6s %10s %8s %7s %9s\n", "shape", "dtype", "[n x k]", "rows", "gemv",
                     "us/call", "GB/s", "% bw", "vs fp32/tc");
     for (const Case& c : gemv ? cases : std::vector<Case>{}) {
-        // Enough copies (>= 256 MB) that every launch reads its weights from HBM, not from the 50 MB L2.
-        std::vector<Matrix> copies(1, make_matrix(c, 1));
+        std::vector<Matrix> copies = rotating_copies(c);
         const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
-        while (static_cast<int64_t>(copies.size()) * bytes < (int64_t{256} << 20) && copies.size() < 64)
-            copies.push_back(make_matrix(c, 1 + 2 * static_cast<uint32_t>(copies.size())));
         char shape[32];
         std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(c.n), static_cast<long long>(c.k));
         auto print = [&](int rows, const char* kernel, double us) {
@@ -553,10 +633,7 @@ int main(int argc, char** argv) {
                 std::printf("\n");
             }
         }
-        for (Matrix& m : copies) {
-            CHECK(cudaFree(const_cast<uint8_t*>(m.d.data)));
-            if (m.d.scale) CHECK(cudaFree(const_cast<uint8_t*>(m.d.scale)));
-        }
+        free_copies(copies);
     }
     CHECK(cudaFree(x));
     CHECK(cudaFree(out_tc));

@@ -264,6 +264,9 @@ bool gemv_applies(int64_t rows, const WeightDesc& w) {
 
 namespace {
 
+// A split forced by set_gemv_split (gemv_bench's sweep): rows per group and cluster size, 0 when none.
+std::atomic<int> forced_rows_per_group{0}, forced_cluster{0};
+
 // One launch over jobs[0 .. n) (same kind and K, at most kMaxSegments).
 void launch_segments(const GemvJob* jobs, int n, int64_t rows, cudaStream_t stream) {
     const WeightDesc& w0 = jobs[0].w;
@@ -278,6 +281,7 @@ void launch_segments(const GemvJob* jobs, int n, int64_t rows, cudaStream_t stre
     // fewer K splits fill the GPU.
     p.rows_per_group = 2;
     if (ceil_div(n_out, 2 * kGroups) * 2 < target) p.rows_per_group = 1;
+    if (const int forced = forced_rows_per_group.load(std::memory_order_relaxed)) p.rows_per_group = forced;
     int64_t tiles = 0;
     for (int i = 0; i < n; ++i) {
         const GemvJob& j = jobs[i];
@@ -289,7 +293,12 @@ void launch_segments(const GemvJob* jobs, int n, int64_t rows, cudaStream_t stre
     // keeps at least two steps (16 chunks) of every row.
     int cs = 1;
     while (slice_chunks(chunks, cs) * e > row_stride(static_cast<int>(rows))) cs *= 2;
+    const int min_cs = cs;
     while (cs < kMaxCluster && tiles * cs * 2 <= target && chunks >= 16 * cs * 2) cs *= 2;
+    if (const int forced = forced_cluster.load(std::memory_order_relaxed)) {
+        DI_CHECK(forced >= min_cs, "gemv: a cluster of ", forced, " leaves the activation slice too large");
+        cs = forced;
+    }
     p.tiles = static_cast<int>(tiles);
     p.slice_chunks = static_cast<int>(slice_chunks(chunks, cs));
     if (w0.format != 0) p.scale_shift = __builtin_ctz(static_cast<unsigned>(w0.block_cols / e));
@@ -312,6 +321,16 @@ bool same_launch(const GemvJob& a, const GemvJob& b) {
 }
 
 }  // namespace
+
+bool set_gemv_split(int rows_per_group, int cluster) {
+    const bool none = rows_per_group == 0 && cluster == 0;
+    const bool valid =
+        (rows_per_group == 1 || rows_per_group == 2) && (cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8);
+    if (!none && !valid) return false;
+    forced_rows_per_group.store(rows_per_group, std::memory_order_relaxed);
+    forced_cluster.store(cluster, std::memory_order_relaxed);
+    return true;
+}
 
 void launch_gemv_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream) {
     // Jobs in their given order, consecutive compatible ones in one launch.

@@ -80,6 +80,10 @@ struct GemvJob {
     int64_t w_row0, n_out;
 };
 void launch_gemv_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
+// For gemv_bench's sweep: force every later launch's output rows per 8-lane group (1 or 2) and cluster size (K
+// splits: 1, 2, 4 or 8; too few for the activation slice fails the launch), or (0, 0) for the heuristic's choice;
+// false for other values. Not for concurrent use with other launches.
+bool set_gemv_split(int rows_per_group, int cluster);
 // The same product for 2..32 rows on the tensor cores, from bf16-rounded activations and weights (the numerics
 // of the tensor-core GEMM). Applies when K is whole blocks of 4 16-byte chunks, each chunk lies in one scale
 // block (FP4: one group per chunk), and K fits 8 staged slices (16,384 up to 16 rows, 8,192 above).
