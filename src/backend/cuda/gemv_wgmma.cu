@@ -4,8 +4,8 @@
 // (exact with E8M0 scales; f32 scales round as chunk_to_bf16 does), fp32 accumulation. Measured on an H200
 // (bench/results/gemv_wgmma_run22, 8 / 32 rows): wq_a 11.1 / 12.4 us, wkv 10.9 / 12.4, wq_b 16.5 / 18.1, wo_b 20.6 /
 // 23.7, wo_a 20.0 / 23.0: the large ones at 33-48% of the HBM rate, every call ~10 us above its bytes' time (the cost
-// model below expected ~3 us); what that fixed cost is made of (the xb launch, the cluster launch, the ring's first
-// fill, the epilogue) is not yet measured.
+// model below expected ~3 us). ncu inside a decode step (bench/results/gemv_wgmma_ncu_run26): the xb launch ~2.9 us,
+// the rest inside the product kernel (0.6-2.0 TB/s); launches of several waves take longer than the model says.
 //
 // Why: gemv_tc (mma.sync, activations as A) is bound by its instructions (~9 a weight per lane: activation fragment
 // loads, moves, address math, a dequantizing FMUL and pack per weight) and streams the V4-Flash projections at
@@ -612,11 +612,26 @@ void launch_kernel(const WgParams& p, const Plan& plan, cudaStream_t stream) {
                      kThreads, Geometry<N, Slices>::kSmemBytes, stream, p);
 }
 
+// plan<N> after both tile heights' shared-memory attribute is set (their occupancy queries need it).
 template <int N>
-void launch_width(const GemvJob* jobs, int count, WgParams& p, cudaStream_t stream) {
+Plan configured_plan(const GemvJob* jobs, int count, int64_t nkb) {
     configure<N, 4>();
     configure<N, 2>();
-    const Plan pl = plan<N>(jobs, count, p.nkb);
+    return plan<N>(jobs, count, nkb);
+}
+
+// f(std::integral_constant<int, N>{}) for the narrowest wgmma width N that holds `rows` (at most kMaxWidth).
+template <class F>
+auto with_width(int64_t rows, F&& f) {
+    if (rows <= 8) return f(std::integral_constant<int, 8>{});
+    if (rows <= 16) return f(std::integral_constant<int, 16>{});
+    if (rows <= 32) return f(std::integral_constant<int, 32>{});
+    return f(std::integral_constant<int, 64>{});
+}
+
+template <int N>
+void launch_width(const GemvJob* jobs, int count, WgParams& p, cudaStream_t stream) {
+    const Plan pl = configured_plan<N>(jobs, count, p.nkb);
     p.kb_per_split = static_cast<int>(ceil_div(p.nkb, pl.splits));
     p.tiles = static_cast<int>(pl.tiles);
     const int64_t rows_per_tile = int64_t{kSliceRows} * pl.slices;
@@ -666,14 +681,7 @@ void launch_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stre
         const GemvJob& j = jobs[i];
         p.jobs[i] = WgJob{j.w.data, j.w.scale, pro.xb[input_of[i]], j.out, j.ldc, j.w_row0, j.n_out, 0};
     }
-    if (rows <= 8)
-        launch_width<8>(jobs, count, p, stream);
-    else if (rows <= 16)
-        launch_width<16>(jobs, count, p, stream);
-    else if (rows <= 32)
-        launch_width<32>(jobs, count, p, stream);
-    else
-        launch_width<64>(jobs, count, p, stream);
+    with_width(rows, [&](auto width) { launch_width<decltype(width)::value>(jobs, count, p, stream); });
     DI_CUDA_LAUNCH_CHECK();
     DI_CUDA_CHECK(cudaFreeAsync(xb, stream));
 }
@@ -698,14 +706,19 @@ void launch_gemv_wgmma_jobs(const GemvJob* jobs, int count, int64_t rows, cudaSt
                   "gemv_wgmma: product ", i, " of ", count, " at ", rows, " rows is not one the kernel takes");
     // Jobs in their given order, consecutive compatible ones in one launch; above kMaxWidth rows, a launch per
     // kMaxWidth rows (each reads the weights again).
+    std::vector<GemvJob> part;  // the jobs moved to rows r0.. (only above kMaxWidth rows)
     for (int64_t r0 = 0; r0 < rows; r0 += kMaxWidth) {
         const int64_t n = std::min<int64_t>(kMaxWidth, rows - r0);
-        std::vector<GemvJob> part(jobs, jobs + count);
-        for (GemvJob& j : part) {
-            j.x += r0 * j.lda;
-            j.out += r0 * j.ldc;
+        const GemvJob* at = jobs;
+        if (r0 > 0) {
+            part.assign(jobs, jobs + count);
+            for (GemvJob& j : part) {
+                j.x += r0 * j.lda;
+                j.out += r0 * j.ldc;
+            }
+            at = part.data();
         }
-        for_each_shared_launch(part.data(), count, kMaxJobs, same_launch,
+        for_each_shared_launch(at, count, kMaxJobs, same_launch,
                                [&](const GemvJob* first, int m) { launch_jobs(first, m, n, stream); });
     }
 }
@@ -721,17 +734,9 @@ bool set_gemv_wgmma_plan(int slices, int splits) {
 }
 
 GemvWgmmaPlan gemv_wgmma_plan_of(const GemvJob* jobs, int count, int64_t rows) {
-    const int64_t width = std::min<int64_t>(rows, kMaxWidth), nkb = jobs[0].w.cols / kBK;
-    auto of = [&](auto width_tag) {
-        constexpr int N = decltype(width_tag)::value;
-        configure<N, 4>();  // the occupancy queries need the shared-memory attribute set
-        configure<N, 2>();
-        return plan<N>(jobs, count, nkb);
-    };
-    const Plan pl = width <= 8    ? of(std::integral_constant<int, 8>{})
-                    : width <= 16 ? of(std::integral_constant<int, 16>{})
-                    : width <= 32 ? of(std::integral_constant<int, 32>{})
-                                  : of(std::integral_constant<int, 64>{});
+    const int64_t nkb = jobs[0].w.cols / kBK;
+    const Plan pl = with_width(std::min<int64_t>(rows, kMaxWidth),
+                               [&](auto width) { return configured_plan<decltype(width)::value>(jobs, count, nkb); });
     return {pl.slices, pl.splits, pl.tiles};
 }
 
