@@ -14,7 +14,9 @@
 // weights of the distinct experts, and the two outputs' relative difference.
 // --wgmma-plans instead times each launch plan of the wgmma GEMV (run_wgmma_plans), --gemv-splits each split of the
 // fp32 GEMV (run_gemv_splits).
+// --only NAME keeps the GEMV products whose name contains NAME.
 //   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--experts-only | --no-experts | --wgmma-plans] [--gemv-splits]
+//              [--only NAME]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -39,6 +41,10 @@ namespace {
 using namespace deepinfer::cuda;
 
 #define CHECK(expr) DI_CUDA_CHECK(expr)
+
+// --only: the products whose name contains this text (all when null), e.g. to profile one shape under ncu.
+const char* g_only = nullptr;
+bool selected(const char* name) { return !g_only || std::strstr(name, g_only); }
 
 __device__ __forceinline__ uint32_t hash(uint64_t i, uint32_t seed) {
     uint64_t h = (i + seed) * 0x9e3779b97f4a7c15ull;
@@ -422,6 +428,7 @@ void run_wgmma_plans(double bandwidth, int iters) {
     for (const auto& pl : plans) std::printf("   s%d/k%d", pl[0], pl[1]);
     std::printf("   (us; - = not a plan for this shape)\n");
     for (const Case& c : cases) {
+        if (!selected(c.name)) continue;
         std::vector<Matrix> copies = rotating_copies(c);
         const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
         const int64_t r = c.n / c.groups;
@@ -478,6 +485,7 @@ void run_gemv_splits(double bandwidth, int iters) {
     for (const auto& sp : splits) std::printf("  r%d/c%d", sp[0], sp[1]);
     std::printf("   (us; - = not a split for this shape)\n");
     for (const Case& c : cases) {
+        if (!selected(c.name)) continue;
         std::vector<Matrix> copies = rotating_copies(c);
         const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
         const int64_t r = c.n / c.groups;
@@ -523,10 +531,12 @@ int main(int argc, char** argv) {
             plans = true;
         else if (!std::strcmp(argv[i], "--gemv-splits"))
             splits = true;
+        else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+            g_only = argv[++i];
         else {
             std::fprintf(stderr,
                          "usage: gemv_bench [--bandwidth-gbs GBS] [--iters N] [--experts-only | --no-experts | "
-                         "--wgmma-plans] [--gemv-splits]\n");
+                         "--wgmma-plans] [--gemv-splits] [--only NAME]\n");
             return 2;
         }
     }
@@ -576,6 +586,7 @@ int main(int argc, char** argv) {
         std::printf("%-18s %-9s %-14s %4s %-6s %10s %8s %7s %9s\n", "shape", "dtype", "[n x k]", "rows", "gemv",
                     "us/call", "GB/s", "% bw", "vs fp32/tc");
     for (const Case& c : gemv ? cases : std::vector<Case>{}) {
+        if (!selected(c.name)) continue;
         std::vector<Matrix> copies = rotating_copies(c);
         const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
         char shape[32];

@@ -70,17 +70,27 @@ __device__ __forceinline__ int swizzle(int q) {
     return K == kF32 ? q : q ^ ((q >> kQShift<K>) & 7);
 }
 
-// out[t, n] = sum_k x[t, k] * W[w_row0 + n, k] for t < ROWS. Grid: (cluster size, tile slots), cluster (cs, 1, 1).
-template <int K, int ROWS>
+// Independent partial sums a chunk keeps per output row (granule g adds into g % kParts): the FMAs of a chunk are
+// otherwise one dependent chain per row (16 for FP8), and with ~4 warps a scheduler (128 registers a thread) that
+// chain's latency, not the issue rate, set the pace (ncu: "fixed latency" 41% of the stall cycles at one row).
+template <int ROWS>
+constexpr int kParts = ROWS <= 2   ? 4
+                       : ROWS <= 4 ? 2
+                                   : 1;
+
+// out[t, n] = sum_k x[t, k] * W[w_row0 + n, k] for t < ROWS, R (1 or 2) output rows a group. R is a template
+// parameter so that the per-row guards of the unrolled body compile away (as a runtime value they were ~12% of the
+// instructions, as branches). Grid: (cluster size, tile slots), cluster (cs, 1, 1).
+template <int K, int ROWS, int R>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __grid_constant__ GemvParams p) {
     pdl_prologue();  // see pdl.cuh
-    constexpr int E = kElems<K>, Q = E / 4, G = kGran<K>;
+    constexpr int E = kElems<K>, Q = E / 4, G = kGran<K>, P = kParts<ROWS>;
     constexpr int kStride4 = row_stride(ROWS) / 4;  // float4s per staged row
     constexpr bool kScaled = K == kFP8 || K == kFP4;
     extern __shared__ __align__(16) float4 xs[];     // [ROWS][kStride4] f32, this rank's K slice, swizzled
     __shared__ float red[ROWS][2 * kGroups];         // [ROWS, tile] partial sums for the cluster reduction
 
-    const int l8 = threadIdx.x % 8, group = threadIdx.x / 8, R = p.rows_per_group;
+    const int l8 = threadIdx.x % 8, group = threadIdx.x / 8;
     const int cs = gridDim.x, rank = blockIdx.x;
     const int64_t chunks = p.cols / E, c_begin = static_cast<int64_t>(rank) * p.slice_chunks;
     const int nc = static_cast<int>(max(int64_t{0}, min(chunks - c_begin, int64_t{p.slice_chunks})));
@@ -89,8 +99,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
     const int lane_sw = K == kF32 ? 0 : l8;  // swizzle() of this lane's chunks: q ^ l8
 
     struct Batch {
-        uint4 v[kU][2];
-        uint32_t s[kU][2];  // raw scale bits
+        uint4 v[kU][R];
+        uint32_t s[kU][R];  // raw scale bits
     };
     const float* staged_x = nullptr;  // the activations now in xs
     for (int tile = blockIdx.y; tile < p.tiles; tile += gridDim.y) {
@@ -99,9 +109,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
         const GemvSegment& sg = p.seg[si];
         const int64_t tile_in = tile - sg.tile0;
         const uint4* wdata = reinterpret_cast<const uint4*>(sg.w.data);
-        const uint4* wrow[2];
-        int64_t srow[2], n[2];
-        for (int r = 0; r < 2; ++r) {
+        const uint4* wrow[R];
+        int64_t srow[R], n[R];
+        for (int r = 0; r < R; ++r) {
             n[r] = tile_in * tile_n + group + kGroups * r;
             const int64_t row = sg.w_row0 + min(n[r], sg.n_out - 1);  // rows past the end compute a copy, unwritten
             wrow[r] = wdata + row * chunks + c_begin;
@@ -110,8 +120,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
         auto load = [&](Batch& b, int batch) {
             for (int u = 0; u < kU; ++u) {
                 const int c = l8 + 8 * (batch * kU + u);
-                for (int r = 0; r < 2; ++r) {
-                    const bool ok = c < nc && r < R;
+                for (int r = 0; r < R; ++r) {
+                    const bool ok = c < nc;
                     b.v[u][r] = ok ? __ldg(wrow[r] + c) : make_uint4(0, 0, 0, 0);
                     b.s[u][r] = 0;
                     if constexpr (kScaled) {
@@ -137,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
             __syncthreads();
             staged_x = sg.x;
         }
-        float acc[2][ROWS] = {};
+        float acc[R][ROWS] = {};
         for (int b = 0; b < batches; ++b) {
             Batch nxt;
             load(nxt, b + 1);  // loads past the slice are skipped, so the last batch prefetches nothing
@@ -146,13 +156,12 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
                 const int c = l8 + 8 * (b * kU + u);
                 if (c >= nc) break;
                 const int q0 = (c * Q) ^ lane_sw;  // swizzled float4 index of the chunk's first activation
-                float d[2][ROWS] = {};             // the chunk's sums, before its scale
+                float d[P][R][ROWS] = {};          // the chunk's partial sums, before its scale
 #pragma unroll
                 for (int g = 0; g < E / G; ++g) {
-                    float wf[2][G];
+                    float wf[R][G];
 #pragma unroll
-                    for (int r = 0; r < 2; ++r)
-                        if (r < R) decode<K>(cur.v[u][r], g, wf[r]);
+                    for (int r = 0; r < R; ++r) decode<K>(cur.v[u][r], g, wf[r]);
 #pragma unroll
                     for (int h = 0; h < G / 4; ++h) {
                         const float4* xp = xs + (q0 ^ (g * (G / 4) + h));
@@ -160,10 +169,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
                         for (int t = 0; t < ROWS; ++t) {
                             const float4 xv = xp[t * kStride4];
 #pragma unroll
-                            for (int r = 0; r < 2; ++r) {
-                                if (r >= R) break;
+                            for (int r = 0; r < R; ++r) {
                                 const float* wv = wf[r] + 4 * h;
-                                float& a = kScaled ? d[r][t] : acc[r][t];
+                                float& a = d[g % P][r][t];
                                 a = fmaf(wv[0], xv.x, a);
                                 a = fmaf(wv[1], xv.y, a);
                                 a = fmaf(wv[2], xv.z, a);
@@ -172,13 +180,19 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
                         }
                     }
                 }
-                if constexpr (kScaled) {
 #pragma unroll
-                    for (int r = 0; r < 2; ++r) {
+                for (int r = 0; r < R; ++r) {
+                    float s = 1.0f;
+                    if constexpr (kScaled) {
                         const uint32_t sb = cur.s[u][r];
-                        const float s = K == kFP8 && sg.w.scale_f32 ? __uint_as_float(sb) : e8m0_to_f32(static_cast<uint8_t>(sb));
+                        s = K == kFP8 && sg.w.scale_f32 ? __uint_as_float(sb) : e8m0_to_f32(static_cast<uint8_t>(sb));
+                    }
 #pragma unroll
-                        for (int t = 0; t < ROWS; ++t) acc[r][t] = fmaf(d[r][t], s, acc[r][t]);
+                    for (int t = 0; t < ROWS; ++t) {
+                        float sum = d[0][r][t];
+#pragma unroll
+                        for (int q = 1; q < P; ++q) sum += d[q][r][t];
+                        acc[r][t] = kScaled ? fmaf(sum, s, acc[r][t]) : acc[r][t] + sum;
                     }
                 }
             }
@@ -188,14 +202,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
         // Sum the 8 lanes of each group (fixed butterfly), then the cluster's ranks in rank order.
         const float post = K == kFP4 ? 64.0f : 1.0f;  // undo the FP4 decode's 2^-6
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
+        for (int r = 0; r < R; ++r) {
 #pragma unroll
             for (int t = 0; t < ROWS; ++t) {
                 float a = acc[r][t];
                 a += __shfl_xor_sync(0xffffffffu, a, 1);
                 a += __shfl_xor_sync(0xffffffffu, a, 2);
                 a += __shfl_xor_sync(0xffffffffu, a, 4);
-                if (l8 == 0 && r < R) {
+                if (l8 == 0) {
                     if (cs == 1) {
                         if (n[r] < sg.n_out) sg.out[t * sg.ldc + n[r]] = a * post;
                     } else {
@@ -219,12 +233,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __gr
     }
 }
 
-
 int64_t slice_chunks(int64_t chunks, int cs) { return ceil_div(ceil_div(chunks, cs), 8) * 8; }
 
-template <int K, int ROWS>
+template <int K, int ROWS, int R>
 void launch(const GemvParams& p, int cs, int slots, cudaStream_t stream) {
-    auto kernel = gemv_kernel<K, ROWS>;
+    auto kernel = gemv_kernel<K, ROWS, R>;
     static std::atomic<uint64_t> configured{0};
     allow_smem(kernel, ROWS * row_stride(ROWS) * 4, configured);
     // Every row but the last is a full stride apart; the last holds just the slice.
@@ -232,18 +245,21 @@ void launch(const GemvParams& p, int cs, int slots, cudaStream_t stream) {
     launch_clustered_pdl(kernel, dim3(cs, slots), cs, kThreads, smem, stream, p);
 }
 
-template <int K>
+// launch<K, rows, R> for rows in 1 .. kGemvMaxRows.
+template <int K, int R, int ROWS = 1>
 void launch_rows(const GemvParams& p, int rows, int cs, int slots, cudaStream_t stream) {
-    switch (rows) {
-        case 1: launch<K, 1>(p, cs, slots, stream); break;
-        case 2: launch<K, 2>(p, cs, slots, stream); break;
-        case 3: launch<K, 3>(p, cs, slots, stream); break;
-        case 4: launch<K, 4>(p, cs, slots, stream); break;
-        case 5: launch<K, 5>(p, cs, slots, stream); break;
-        case 6: launch<K, 6>(p, cs, slots, stream); break;
-        case 7: launch<K, 7>(p, cs, slots, stream); break;
-        default: launch<K, 8>(p, cs, slots, stream); break;
+    if constexpr (ROWS < kGemvMaxRows) {
+        if (rows > ROWS) return launch_rows<K, R, ROWS + 1>(p, rows, cs, slots, stream);
     }
+    launch<K, ROWS, R>(p, cs, slots, stream);
+}
+
+template <int K>
+void launch_kind(const GemvParams& p, int rows, int cs, int slots, cudaStream_t stream) {
+    if (p.rows_per_group == 2)
+        launch_rows<K, 2>(p, rows, cs, slots, stream);
+    else
+        launch_rows<K, 1>(p, rows, cs, slots, stream);
 }
 
 }  // namespace
@@ -271,16 +287,14 @@ std::atomic<int> forced_rows_per_group{0}, forced_cluster{0};
 void launch_segments(const GemvJob* jobs, int n, int64_t rows, cudaStream_t stream) {
     const WeightDesc& w0 = jobs[0].w;
     const int kind = kind_of(w0), e = elems_of(kind);
-    const int64_t chunks = w0.cols / e, target = static_cast<int64_t>(device_sm_count()) * kBlocksPerSm;
+    const int64_t sms = device_sm_count(), chunks = w0.cols / e, target = sms * kBlocksPerSm;
     GemvParams p{};
     p.segments = n;
     p.cols = w0.cols;
-    int64_t n_out = 0;
-    for (int i = 0; i < n; ++i) n_out += jobs[i].n_out;
-    // Two rows per group (activations reused twice) when that leaves a tile per SM; else smaller tiles, so that
-    // fewer K splits fill the GPU.
-    p.rows_per_group = 2;
-    if (ceil_div(n_out, 2 * kGroups) * 2 < target) p.rows_per_group = 1;
+    // Two rows per group (activations reused twice) from 2 activation rows; at one row the smaller tiles, whose
+    // K splits fill the GPU with less reduction (gemv_bench --gemv-splits on an H200: e.g. wo_b [4096 x 8192]
+    // 14.2 us as 1 x 2 against 16.3 as 2 x 2 at one row, 22.1 against 25.0 at four).
+    p.rows_per_group = rows >= 2 ? 2 : 1;
     if (const int forced = forced_rows_per_group.load(std::memory_order_relaxed)) p.rows_per_group = forced;
     int64_t tiles = 0;
     for (int i = 0; i < n; ++i) {
@@ -289,12 +303,15 @@ void launch_segments(const GemvJob* jobs, int n, int64_t rows, cudaStream_t stre
                                reinterpret_cast<uintptr_t>(j.x) % 16 == 0 && j.lda % 4 == 0};
         tiles += ceil_div(j.n_out, kGroups * p.rows_per_group);
     }
-    // Split K: until the slice fits in shared memory, then while the blocks stay within one wave and each rank
-    // keeps at least two steps (16 chunks) of every row.
+    // Split K: until the slice fits in shared memory, then until about one block per SM (7/8 of the SMs; a wave of
+    // 2 blocks per SM made the small products slower: more ranks to reduce, each with few chunks) while each rank
+    // keeps two steps (16 chunks) of every row; at one activation row once more towards 2 blocks per SM when each
+    // rank keeps 64 chunks (the large K: wo_b, the shared expert). Measured per shape: gemv_bench --gemv-splits.
     int cs = 1;
     while (slice_chunks(chunks, cs) * e > row_stride(static_cast<int>(rows))) cs *= 2;
     const int min_cs = cs;
-    while (cs < kMaxCluster && tiles * cs * 2 <= target && chunks >= 16 * cs * 2) cs *= 2;
+    while (cs < kMaxCluster && tiles * cs < sms - sms / 8 && chunks >= 16 * cs * 2) cs *= 2;
+    if (rows == 1 && cs < kMaxCluster && tiles * cs <= sms && chunks >= 128 * cs) cs *= 2;
     if (const int forced = forced_cluster.load(std::memory_order_relaxed)) {
         DI_CHECK(forced >= min_cs, "gemv: a cluster of ", forced, " leaves the activation slice too large");
         cs = forced;
@@ -304,13 +321,16 @@ void launch_segments(const GemvJob* jobs, int n, int64_t rows, cudaStream_t stre
     if (w0.format != 0) p.scale_shift = __builtin_ctz(static_cast<unsigned>(w0.block_cols / e));
     const int slots = static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>(1, target / cs)));
     const int r = static_cast<int>(rows);
-    switch (kind) {
-        case kF32: launch_rows<kF32>(p, r, cs, slots, stream); break;
-        case kBF16: launch_rows<kBF16>(p, r, cs, slots, stream); break;
-        case kF16: launch_rows<kF16>(p, r, cs, slots, stream); break;
-        case kFP8: launch_rows<kFP8>(p, r, cs, slots, stream); break;
-        default: launch_rows<kFP4>(p, r, cs, slots, stream); break;
-    }
+    if (kind == kF32)
+        launch_kind<kF32>(p, r, cs, slots, stream);
+    else if (kind == kBF16)
+        launch_kind<kBF16>(p, r, cs, slots, stream);
+    else if (kind == kF16)
+        launch_kind<kF16>(p, r, cs, slots, stream);
+    else if (kind == kFP8)
+        launch_kind<kFP8>(p, r, cs, slots, stream);
+    else
+        launch_kind<kFP4>(p, r, cs, slots, stream);
 }
 
 // Jobs that can share a launch: one kernel instantiation (kind), one K, and for scaled formats one scale

@@ -576,7 +576,8 @@ struct Plan {
 std::atomic<int> forced_slices{0}, forced_splits{0};
 
 // Tile height and K splits (see the header comment). Cost in 8 KB stage-slices on the busiest SM: waves x stages
-// a split x slices, at least the launch's total over all SMs (the HBM's share), plus ~2 for a cluster reduction.
+// a split x slices, at least the launch's total over all SMs (the HBM's share), plus ~2 for a cluster reduction and
+// ~8 for each wave after the first of a split launch.
 template <int N>
 Plan plan(const GemvJob* jobs, int count, int64_t nkb) {
     const int64_t sms = device_sm_count();
@@ -595,7 +596,12 @@ Plan plan(const GemvJob* jobs, int count, int64_t nkb) {
             const int64_t resident = slices == 4 ? resident_ctas<N, 4>(s) : resident_ctas<N, 2>(s);
             if (resident <= 0) continue;
             const int64_t waves = s == 1 ? ceil_div(tiles, resident) : ceil_div(tiles * s, resident);
-            const int64_t cost = std::max(waves * per * slices, ceil_div(tiles * nkb * slices, sms)) + (s > 1 ? 2 : 0);
+            // One tile a CTA (s > 1): each further wave pays a ring fill and a cluster reduction again, ~2 us or
+            // ~8 stage-slices (gemv_bench --wgmma-plans: wq_b + the indexer's wq_b at 8 rows took 32 us as 640 CTAs in
+            // 5 waves of 2 splits, 23 us persistent with no split).
+            const int64_t rewaves = s > 1 ? 8 * (waves - 1) : 0;
+            const int64_t cost =
+                std::max(waves * per * slices, ceil_div(tiles * nkb * slices, sms)) + (s > 1 ? 2 : 0) + rewaves;
             if (best.cost < 0 || cost < best.cost) best = Plan{slices, s, tiles, cost};
         }
     }
