@@ -171,8 +171,13 @@ struct LanePos {
 // A stage's dequantization constants for the lane's two rows (g and g + 8), from their raw scale bits.
 struct StageScales {
     uint32_t mul[2];  // fast: bf16 pairs of 2^(e - 7)
-    float f[2];       // slow: the scales as f32
+    uint32_t raw[2];  // the scale bits (the slow decode converts them)
+    bool f32;         // raw holds f32 scales
     bool fast;        // the whole warp on the fast decode
+    // The scale of row h as f32, for the slow decode only (the fast one never pays for the conversion).
+    __device__ __forceinline__ float f(int h) const {
+        return f32 ? __uint_as_float(raw[h]) : e8m0_to_f32(static_cast<uint8_t>(raw[h]));
+    }
 };
 
 __device__ __forceinline__ uint32_t load_scale(const uint8_t* at, int scale_f32) {
@@ -183,10 +188,11 @@ __device__ __forceinline__ StageScales stage_scales(const uint32_t (&raw)[2], in
     StageScales s;
     const bool fast = !scale_f32 && raw[0] <= kFastScaleMax && raw[1] <= kFastScaleMax;
     s.fast = __all_sync(0xffffffffu, fast);
+    s.f32 = scale_f32 != 0;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         s.mul[h] = (raw[h] + 120u) * 0x00800080u;  // bf16 exponent e - 7 + 127 in both halves
-        s.f[h] = scale_f32 ? __uint_as_float(raw[h]) : e8m0_to_f32(static_cast<uint8_t>(raw[h]));
+        s.raw[h] = raw[h];
     }
     return s;
 }
@@ -216,7 +222,7 @@ __device__ __forceinline__ void decode_steps(const uint4 (&raw)[2][kChunks], int
         for (int h = 0; h < 2; ++h) {
             const uint4 v = raw[h][(u + t2) >> 2];
             const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-            decode_word<kFast>(words[(u + t2) & 3], sc.mul[h], sc.f[h], a[t2][h], a[t2][2 + h]);
+            decode_word<kFast>(words[(u + t2) & 3], sc.mul[h], kFast ? 0.0f : sc.f(h), a[t2][h], a[t2][2 + h]);
         }
     }
 }
@@ -243,7 +249,10 @@ __device__ __forceinline__ void stage(int it, float (&acc)[G::kN / 2], const Lan
             raw[h][cc] = *reinterpret_cast<const uint4*>(w + (lp.r0 + 8 * h) * 128 + ((j ^ lp.g) << 4));
         }
     }
-    const uint32_t sb = ring + st * G::kStageBytes;
+    // The stage's B descriptor once; a k step's is the same plus its offset in 16-byte units (the start address
+    // field holds any shared address: < 2^18 bytes), so no step recomputes the address masks.
+    const uint64_t d0 = b_desc(ring + st * G::kStageBytes);
+    const uint32_t d0_lo = static_cast<uint32_t>(d0), d0_hi = static_cast<uint32_t>(d0 >> 32);
     const int s0 = lp.q * kSteps;
 #pragma unroll
     for (int w2 = 0; w2 < kSteps / 2; ++w2) {
@@ -259,7 +268,8 @@ __device__ __forceinline__ void stage(int it, float (&acc)[G::kN / 2], const Lan
 #pragma unroll
             for (int i = 0; i < 4; ++i) pin(a[t2][i]);  // defined before the fence, not sunk past it
             const int s = s0 + 2 * w2 + t2;
-            desc[t2] = b_desc(sb + (s >> 2) * G::kColBlockBytes + (s & 3) * 32);
+            const uint32_t step_lo = d0_lo + static_cast<uint32_t>(((s >> 2) * G::kColBlockBytes + (s & 3) * 32) >> 4);
+            desc[t2] = (static_cast<uint64_t>(d0_hi) << 32) | step_lo;
             pin(desc[t2]);
         }
         wgmma_fence();
