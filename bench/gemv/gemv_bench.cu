@@ -476,6 +476,7 @@ void run_gemv_splits(double bandwidth, int iters) {
         {"shared w2", 4096, 2048, 1, 0, 0, 1},
         {"compressor + indexer (bf16)", 2624, 4096, 0, 1, 0, 1},
         {"router gate", 256, 4096, 0, 1, 0, 1},
+        {"head (bf16)", 129280, 4096, 0, 1, 0, 1},
     };
     keep_freed_blocks();
     const SweepBuffers buffers(8 * 8 * 8192, 8 * 40960);

@@ -31,7 +31,12 @@ constexpr int kThreads = 256, kGroups = kThreads / 8;
 constexpr int kBlocksPerSm = 2;            // occupancy the kernel is built for (registers, shared memory)
 constexpr int kXBytes = 96 * 1024;         // shared memory for the staged activation slice
 constexpr int kMaxCluster = 8;             // portable cluster size
-constexpr int kU = 2;                      // steps (16-byte loads per row and lane) per batch
+// Steps (16-byte loads per row and lane) per batch: what a lane keeps in flight per row while it computes the
+// previous batch. The dense kinds at 1-2 rows take 4: their decode is a shift, so the stream waits on memory
+// (ncu, the head at one row: 59% of the stall cycles on global loads), while FP8/FP4 spend their registers and
+// issue slots on the conversions.
+template <int K, int ROWS>
+constexpr int kSteps = (K == kF32 || K == kBF16 || K == kF16) && ROWS <= 2 ? 4 : 2;
 
 // log2 of the activation float4s per chunk.
 template <int K>
@@ -84,7 +89,7 @@ constexpr int kParts = ROWS <= 2   ? 4
 template <int K, int ROWS, int R>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) gemv_kernel(const __grid_constant__ GemvParams p) {
     pdl_prologue();  // see pdl.cuh
-    constexpr int E = kElems<K>, Q = E / 4, G = kGran<K>, P = kParts<ROWS>;
+    constexpr int E = kElems<K>, Q = E / 4, G = kGran<K>, P = kParts<ROWS>, kU = kSteps<K, ROWS>;
     constexpr int kStride4 = row_stride(ROWS) / 4;  // float4s per staged row
     constexpr bool kScaled = K == kFP8 || K == kFP4;
     extern __shared__ __align__(16) float4 xs[];     // [ROWS][kStride4] f32, this rank's K slice, swizzled
@@ -245,13 +250,19 @@ void launch(const GemvParams& p, int cs, int slots, cudaStream_t stream) {
     launch_clustered_pdl(kernel, dim3(cs, slots), cs, kThreads, smem, stream, p);
 }
 
-// launch<K, rows, R> for rows in 1 .. kGemvMaxRows.
+// Whether 2 output rows a group fit the registers: FP8/FP4 at 7-8 activation rows spill (ptxas), so they take 1.
+constexpr bool pairs_fit(int kind, int64_t rows) { return !((kind == kFP8 || kind == kFP4) && rows >= 7); }
+
+// launch<K, rows, R> for rows in 1 .. kGemvMaxRows (never an instantiation that spills: see pairs_fit).
 template <int K, int R, int ROWS = 1>
 void launch_rows(const GemvParams& p, int rows, int cs, int slots, cudaStream_t stream) {
     if constexpr (ROWS < kGemvMaxRows) {
         if (rows > ROWS) return launch_rows<K, R, ROWS + 1>(p, rows, cs, slots, stream);
     }
-    launch<K, ROWS, R>(p, cs, slots, stream);
+    if constexpr (R == 1 || pairs_fit(K, ROWS))
+        launch<K, ROWS, R>(p, cs, slots, stream);
+    else
+        DI_CHECK(false, "gemv: 2 rows a group at ", ROWS, " rows");
 }
 
 template <int K>
@@ -291,11 +302,13 @@ void launch_segments(const GemvJob* jobs, int n, int64_t rows, cudaStream_t stre
     GemvParams p{};
     p.segments = n;
     p.cols = w0.cols;
-    // Two rows per group (activations reused twice) from 2 activation rows; at one row the smaller tiles, whose
-    // K splits fill the GPU with less reduction (gemv_bench --gemv-splits on an H200: e.g. wo_b [4096 x 8192]
-    // 14.2 us as 1 x 2 against 16.3 as 2 x 2 at one row, 22.1 against 25.0 at four).
-    p.rows_per_group = rows >= 2 ? 2 : 1;
+    // Two rows per group (activations reused twice, twice the loads in flight) from 2 activation rows and for the
+    // dense kinds; FP8/FP4 at one row take the smaller tiles, whose K splits fill the GPU with less reduction
+    // (gemv_bench --gemv-splits on an H200: wo_b [4096 x 8192] at one row 14.2 us as 1 x 2 against 16.3 as 2 x 2;
+    // the bf16 head [129280 x 4096] at one row 249 us with 2 rows a group and 4 steps, 329 with 1 and 2).
+    p.rows_per_group = rows >= 2 || kind == kF32 || kind == kBF16 || kind == kF16 ? 2 : 1;
     if (const int forced = forced_rows_per_group.load(std::memory_order_relaxed)) p.rows_per_group = forced;
+    if (!pairs_fit(kind, rows)) p.rows_per_group = 1;
     int64_t tiles = 0;
     for (int i = 0; i < n; ++i) {
         const GemvJob& j = jobs[i];
