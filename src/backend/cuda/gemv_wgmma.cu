@@ -6,6 +6,10 @@
 // 23.7, wo_a 20.0 / 23.0: the large ones at 33-48% of the HBM rate, every call ~10 us above its bytes' time (the cost
 // model below expected ~3 us). ncu inside a decode step (bench/results/gemv_wgmma_ncu_run26): the xb launch ~2.9 us,
 // the rest inside the product kernel (0.6-2.0 TB/s); launches of several waves take longer than the model says.
+// Now (bench/results/gemv_wgmma_plans_run27, 8 / 32 rows): wq_b 13.0 / 14.4 us, wo_b 16.3 / 19.4, wo_a 16.0 / 18.6
+// (41-60% of the HBM rate). ncu (wo_b, 8 rows, source counters): the consumers are bound by their instructions (~600
+// a warp per pair of stages, 256 of them the FP8 decode; ~30 GB/s an SM, so a launch needs every SM busy to approach
+// the HBM rate), and the split launches' cluster barriers hold ~20% of the sampled warp time.
 //
 // Why: gemv_tc (mma.sync, activations as A) is bound by its instructions (~9 a weight per lane: activation fragment
 // loads, moves, address math, a dequantizing FMUL and pack per weight) and streams the V4-Flash projections at
