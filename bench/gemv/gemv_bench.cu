@@ -27,6 +27,7 @@
 #include <exception>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/experts_wgmma.h"
@@ -141,6 +142,35 @@ void run_case(const Case& c, const WeightDesc& d, float* out, const float* x, in
     for (int g = 0; g < c.groups; ++g) launch(out + g * r, c.n, x + g * c.k, c.groups * c.k, rows, d, g * r, r);
 }
 
+// The same groups as the jobs of one launch (the backend's GEMV launches: Backend::linears, grouped_linear).
+std::vector<GemvJob> case_jobs(const Case& c, const WeightDesc& d, float* out, const float* x) {
+    const int64_t r = c.n / c.groups;
+    std::vector<GemvJob> jobs;
+    for (int g = 0; g < c.groups; ++g) jobs.push_back({out + g * r, c.n, x + g * c.k, c.groups * c.k, d, g * r, r});
+    return jobs;
+}
+
+// A GEMV's jobs launcher (launch_gemv_jobs, launch_gemv_tc_jobs, launch_gemv_wgmma_jobs).
+using JobsLaunch = void (*)(const GemvJob*, int, int64_t, cudaStream_t);
+
+// Mean us a call of the case's jobs on `launch`, rotating through its weight copies, after 5 warm-up calls.
+double time_jobs(JobsLaunch launch, const Case& c, const std::vector<Matrix>& copies, float* out, const float* x,
+                 int rows, int iters) {
+    auto call = [&](int i) {
+        const std::vector<GemvJob> jobs = case_jobs(c, copies[i % copies.size()].d, out, x);
+        launch(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
+    };
+    for (int i = 0; i < 5; ++i) call(i);
+    return deepinfer::bench::mean_call_us(iters, call);
+}
+
+// "[n x k]", the tables' shape column.
+std::string shape_label(int64_t n, int64_t k) {
+    char s[48];
+    std::snprintf(s, sizeof s, "[%lld x %lld]", static_cast<long long>(n), static_cast<long long>(k));
+    return s;
+}
+
 template <typename Launch>
 double time_us(const Case& c, const std::vector<Matrix>& copies, float* out, const float* x, int rows, int iters,
                Launch launch) {
@@ -236,12 +266,10 @@ void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, dou
         const double fp32_us = time_calls(fp32_kernel, out_fp32, iters);
         const double tc_us = time_calls(tc_kernel, out_tc, iters);
         auto gbs = [&](double us) { return distinct * static_cast<double>(expert_bytes) / us / 1e3; };
-        char shape[32];
-        std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(n), static_cast<long long>(k));
-        std::printf("%-18s %-14s %4lld %5lld %6.1f %9.2f %7.0f %5.1f%% %9.2f %7.0f %5.1f%% %7.2fx", name, shape,
-                    static_cast<long long>(tokens), static_cast<long long>(rows), distinct, fp32_us, gbs(fp32_us),
-                    100.0 * gbs(fp32_us) / bandwidth, tc_us, gbs(tc_us), 100.0 * gbs(tc_us) / bandwidth,
-                    fp32_us / tc_us);
+        std::printf("%-18s %-14s %4lld %5lld %6.1f %9.2f %7.0f %5.1f%% %9.2f %7.0f %5.1f%% %7.2fx", name,
+                    shape_label(n, k).c_str(), static_cast<long long>(tokens), static_cast<long long>(rows), distinct,
+                    fp32_us, gbs(fp32_us), 100.0 * gbs(fp32_us) / bandwidth, tc_us, gbs(tc_us),
+                    100.0 * gbs(tc_us) / bandwidth, fp32_us / tc_us);
         // The tensor-core kernel's output against the fp32 kernel's (bf16 activations: ~1e-3 expected).
         fp32_kernel(desc(out_fp32, 0));
         tc_kernel(desc(out_tc, 0));
@@ -431,32 +459,16 @@ void run_wgmma_plans(double bandwidth, int iters) {
         if (!selected(c.name)) continue;
         std::vector<Matrix> copies = rotating_copies(c);
         const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
-        const int64_t r = c.n / c.groups;
-        auto jobs_of = [&](const WeightDesc& d) {
-            std::vector<GemvJob> jobs;
-            for (int g = 0; g < c.groups; ++g)
-                jobs.push_back({out + g * r, c.n, x + g * c.k, c.groups * c.k, d, g * r, r});
-            return jobs;
-        };
         for (int rows : {8, 32, 64}) {
-            auto timed = [&]() {
-                auto call = [&](int i) {
-                    const std::vector<GemvJob> jobs = jobs_of(copies[i % copies.size()].d);
-                    launch_gemv_wgmma_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
-                };
-                for (int i = 0; i < 5; ++i) call(i);
-                return deepinfer::bench::mean_call_us(iters, call);
-            };
-            const std::vector<GemvJob> jobs0 = jobs_of(copies[0].d);
+            auto timed = [&] { return time_jobs(launch_gemv_wgmma_jobs, c, copies, out, x, rows, iters); };
+            const std::vector<GemvJob> jobs0 = case_jobs(c, copies[0].d, out, x);
             const GemvWgmmaPlan chosen = gemv_wgmma_plan_of(jobs0.data(), static_cast<int>(jobs0.size()), rows);
             const double model_us = timed();
-            char shape[32], plan[32];
-            std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(c.n),
-                          static_cast<long long>(c.k));
+            char plan[32];
             std::snprintf(plan, sizeof plan, "s%d/k%d (%lld t)", chosen.slices, chosen.splits,
                           static_cast<long long>(chosen.tiles));
-            std::printf("%-18s %-14s %4d %-14s %9.2f %5.1f%%", c.name, shape, rows, plan, model_us,
-                        100.0 * static_cast<double>(bytes) / model_us / 1e3 / bandwidth);
+            std::printf("%-18s %-14s %4d %-14s %9.2f %5.1f%%", c.name, shape_label(c.n, c.k).c_str(), rows, plan,
+                        model_us, 100.0 * static_cast<double>(bytes) / model_us / 1e3 / bandwidth);
             print_forced(plans, set_gemv_wgmma_plan, timed);
         }
         free_copies(copies);
@@ -489,25 +501,11 @@ void run_gemv_splits(double bandwidth, int iters) {
         if (!selected(c.name)) continue;
         std::vector<Matrix> copies = rotating_copies(c);
         const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
-        const int64_t r = c.n / c.groups;
         for (int rows : {1, 4}) {
             if (!gemv_applies(rows, copies[0].d)) continue;
-            auto timed = [&]() {
-                auto call = [&](int i) {
-                    std::vector<GemvJob> jobs;
-                    const WeightDesc& d = copies[i % copies.size()].d;
-                    for (int g = 0; g < c.groups; ++g)
-                        jobs.push_back({out + g * r, c.n, x + g * c.k, c.groups * c.k, d, g * r, r});
-                    launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
-                };
-                for (int i = 0; i < 5; ++i) call(i);
-                return deepinfer::bench::mean_call_us(iters, call);
-            };
+            auto timed = [&] { return time_jobs(launch_gemv_jobs, c, copies, out, x, rows, iters); };
             const double us = timed();
-            char shape[32];
-            std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(c.n),
-                          static_cast<long long>(c.k));
-            std::printf("%-26s %-14s %4d %9.2f %5.1f%%", c.name, shape, rows, us,
+            std::printf("%-26s %-14s %4d %9.2f %5.1f%%", c.name, shape_label(c.n, c.k).c_str(), rows, us,
                         100.0 * static_cast<double>(bytes) / us / 1e3 / bandwidth);
             print_forced(splits, set_gemv_split, timed);
         }
@@ -566,20 +564,13 @@ int main(int argc, char** argv) {
 
     auto fp32_kernel = [](float* o, int64_t ldc, const float* xx, int64_t lda, int rows, const WeightDesc& d,
                           int64_t row0, int64_t n) { launch_gemv(o, ldc, xx, lda, rows, d, row0, n, nullptr); };
-    // The tensor-core GEMV with the groups sharing one launch, as the backend runs it.
     // The tensor-core GEMVs (mma.sync or wgmma) with the groups sharing one launch, as the backend runs them.
-    auto jobs_of = [&](const Case& c, const WeightDesc& d, float* out) {
-        const int64_t r = c.n / c.groups;
-        std::vector<GemvJob> jobs;
-        for (int g = 0; g < c.groups; ++g) jobs.push_back({out + g * r, c.n, x + g * c.k, c.groups * c.k, d, g * r, r});
-        return jobs;
-    };
     auto tc_call = [&](const Case& c, const WeightDesc& d, int rows) {
-        const std::vector<GemvJob> jobs = jobs_of(c, d, out_tc);
+        const std::vector<GemvJob> jobs = case_jobs(c, d, out_tc, x);
         launch_gemv_tc_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
     };
     auto wgmma_call = [&](const Case& c, const WeightDesc& d, int rows) {
-        const std::vector<GemvJob> jobs = jobs_of(c, d, out_wgmma);
+        const std::vector<GemvJob> jobs = case_jobs(c, d, out_wgmma, x);
         launch_gemv_wgmma_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
     };
 
@@ -590,12 +581,11 @@ int main(int argc, char** argv) {
         if (!selected(c.name)) continue;
         std::vector<Matrix> copies = rotating_copies(c);
         const int64_t bytes = copies[0].bytes + copies[0].scale_bytes;
-        char shape[32];
-        std::snprintf(shape, sizeof shape, "[%lld x %lld]", static_cast<long long>(c.n), static_cast<long long>(c.k));
+        const std::string shape = shape_label(c.n, c.k);
         auto print = [&](int rows, const char* kernel, double us) {
             const double gbs = static_cast<double>(bytes) / us / 1e3;
-            std::printf("%-18s %-9s %-14s %4d %-6s %10.2f %8.0f %6.1f%%", c.name, dtype_label(c), shape, rows, kernel,
-                        us, gbs, 100.0 * gbs / bandwidth);
+            std::printf("%-18s %-9s %-14s %4d %-6s %10.2f %8.0f %6.1f%%", c.name, dtype_label(c), shape.c_str(), rows,
+                        kernel, us, gbs, 100.0 * gbs / bandwidth);
         };
         // The fp32 GEMV (1 and 8 rows), then the tensor-core one (8, 16, 32 rows; at 8 rows its output's
         // relative difference from the fp32 one: bf16 activations, ~1e-3 expected).
