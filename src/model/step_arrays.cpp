@@ -75,11 +75,11 @@ bool RowRuns::aligned(int64_t bytes) const {
     return true;
 }
 
-std::vector<int64_t> RowRuns::concat(const RowRuns& more, int64_t offset) const {
+std::vector<int64_t> RowRuns::concat(const RowRuns& more) const {
     std::vector<int64_t> all = values;
     all.reserve(values.size() + more.values.size());
     for (size_t i = 0; i < more.values.size(); i += 4)
-        all.insert(all.end(), {more.values[i] + offset, more.values[i + 1], more.values[i + 2], more.values[i + 3]});
+        all.insert(all.end(), {more.values[i] + rows, more.values[i + 1], more.values[i + 2], more.values[i + 3]});
     return all;
 }
 

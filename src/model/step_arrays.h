@@ -62,8 +62,8 @@ struct RowRuns {
     void add_paged(const PagedRows& paged, int64_t count);
     // Whether every row's address is a multiple of `bytes`.
     bool aligned(int64_t bytes) const;
-    // These runs, then `more`'s with their rows placed from row `offset` on.
-    std::vector<int64_t> concat(const RowRuns& more, int64_t offset) const;
+    // These runs, then `more`'s, whose rows follow these (from row `rows` on).
+    std::vector<int64_t> concat(const RowRuns& more) const;
 };
 
 // A device tensor's values on the host (a copy; the tensor itself on host backends).

@@ -475,7 +475,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // sparse_attention_rows requires.
     DI_ICHECK(d % 4 != 0 || key_runs_of_rows.aligned(16), "attention: a key row is not 16-byte aligned");
     const int64_t nk = key_runs_of_rows.rows, ni = index_runs_of_rows.rows;
-    const StepArrays::Handle row_runs_h = arrays.stage_i64(key_runs_of_rows.concat(index_runs_of_rows, nk));
+    const StepArrays::Handle row_runs_h = arrays.stage_i64(key_runs_of_rows.concat(index_runs_of_rows));
     const StepArrays::Handle row_addresses_h = arrays.reserve_rows(nk + ni);  // the key rows, then the indexer's
     const StepArrays::Handle offsets_h = arrays.stage_i32(offsets), key_runs_h = arrays.stage_i32(key_runs);
     const StepArrays::Handle starts_h = arrays.stage_i32(csa_starts), limits_h = arrays.stage_i32(csa_limits);

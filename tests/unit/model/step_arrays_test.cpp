@@ -72,7 +72,7 @@ TEST(RowRuns, ExpandToTheRowByRowAddresses) {
     EXPECT_TRUE(keys.aligned(8));
 
     StepArrays arrays(*be);
-    const std::vector<int64_t> runs = keys.concat(index, nk);
+    const std::vector<int64_t> runs = keys.concat(index);
     const StepArrays::Handle runs_h = arrays.stage_i64(runs);
     const StepArrays::Handle rows_h = arrays.reserve_rows(nk + index.rows);
     arrays.upload_staged();
