@@ -1,7 +1,6 @@
 // Row movement on the GPU against the CPU backend, bitwise (copies have no rounding): gather_rows and scatter_rows
 // over rows of every alignment and width (the float4 path and the scalar one), fill_index_ranges and
-// fill_row_addresses; the
-// asynchronous download (download_async, wait_downloads).
+// fill_row_addresses; the asynchronous download (download_async, wait_downloads).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -19,6 +18,24 @@ std::vector<float> fetch(Backend& be, TensorView t) {
     std::vector<float> v(static_cast<size_t>(t.numel()));
     be.download(v.data(), t);
     return v;
+}
+
+// A fill op (fill_index_ranges, fill_row_addresses) over dst = init with runs [rows, cols] on the CPU and on the GPU:
+// the same entries, those the runs leave alone included.
+template <typename T>
+void expect_fill_matches_cpu(Backend& cpu, Backend& gpu, void (Backend::*fill)(TensorView, TensorView), DType dtype,
+                             const std::vector<T>& init, const std::vector<T>& runs, int64_t cols) {
+    const int64_t size = static_cast<int64_t>(init.size()), rows = static_cast<int64_t>(runs.size()) / cols;
+    Tensor want(dtype, Shape{size}), runs_h(dtype, Shape{rows, cols});
+    std::copy(init.begin(), init.end(), want.view().as<T>());
+    std::copy(runs.begin(), runs.end(), runs_h.view().as<T>());
+    (cpu.*fill)(want, runs_h);
+    Tensor got_d = gpu.alloc(dtype, Shape{size}), runs_d = to_backend(gpu, runs_h);
+    gpu.upload(got_d, init.data());
+    (gpu.*fill)(got_d, runs_d);
+    std::vector<T> got(static_cast<size_t>(size));
+    gpu.download(got.data(), got_d);
+    for (int64_t i = 0; i < size; ++i) ASSERT_EQ(got[i], want.view().as<T>()[i]) << "entry " << i;
 }
 
 TEST(CudaMovement, GatherAndScatterMatchTheCpu) {
@@ -81,16 +98,7 @@ TEST(CudaMovement, FillIndexRangesMatchesTheCpu) {
     }
     std::vector<int32_t> init(static_cast<size_t>(size));
     for (int32_t& v : init) v = -1 - static_cast<int32_t>(rng() % 7);
-    Tensor want(DType::kI32, Shape{size}), runs_h(DType::kI32, Shape{rows, 5});
-    std::copy(init.begin(), init.end(), want.view().as<int32_t>());
-    std::copy(runs.begin(), runs.end(), runs_h.view().as<int32_t>());
-    cpu->fill_index_ranges(want, runs_h);
-    Tensor got_d = gpu->alloc(DType::kI32, Shape{size}), runs_d = to_backend(*gpu, runs_h);
-    gpu->upload(got_d, init.data());
-    gpu->fill_index_ranges(got_d, runs_d);
-    std::vector<int32_t> got(static_cast<size_t>(size));
-    gpu->download(got.data(), got_d);
-    for (int64_t i = 0; i < size; ++i) ASSERT_EQ(got[i], want.view().as<int32_t>()[i]) << "entry " << i;
+    expect_fill_matches_cpu(*cpu, *gpu, &Backend::fill_index_ranges, DType::kI32, init, runs, 5);
 }
 
 TEST(CudaMovement, FillRowAddressesMatchesTheCpu) {
@@ -111,16 +119,7 @@ TEST(CudaMovement, FillRowAddressesMatchesTheCpu) {
     }
     std::vector<int64_t> init(static_cast<size_t>(size));
     for (int64_t& v : init) v = -1 - static_cast<int64_t>(rng() % 7);
-    Tensor want(DType::kI64, Shape{size}), runs_h(DType::kI64, Shape{runs_n, 4});
-    std::copy(init.begin(), init.end(), want.view().as<int64_t>());
-    std::copy(runs.begin(), runs.end(), runs_h.view().as<int64_t>());
-    cpu->fill_row_addresses(want, runs_h);
-    Tensor got_d = gpu->alloc(DType::kI64, Shape{size}), runs_d = to_backend(*gpu, runs_h);
-    gpu->upload(got_d, init.data());
-    gpu->fill_row_addresses(got_d, runs_d);
-    std::vector<int64_t> got(static_cast<size_t>(size));
-    gpu->download(got.data(), got_d);
-    for (int64_t i = 0; i < size; ++i) ASSERT_EQ(got[i], want.view().as<int64_t>()[i]) << "entry " << i;
+    expect_fill_matches_cpu(*cpu, *gpu, &Backend::fill_row_addresses, DType::kI64, init, runs, 4);
 }
 
 // download_async: the bytes of the work queued before it, in dst once wait_downloads returns, whatever is queued
