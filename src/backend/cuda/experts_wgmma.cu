@@ -227,20 +227,21 @@ constexpr uint32_t kAccExp = 5;
 
 // Multipliers of fp4_word_to_a's output for the E8M0 scale byte e (bf16 pairs): alpha = 2^e where e <= 127 (post =
 // 1); else alpha = 2^127 and post = 2^(e - 127) (NaN for e = 255), which a warp applies only where one of its lanes
-// holds such a scale.
-struct Fp4Scale {
+// holds such a scale. Named for the subnormal decode: bf16_mma.cuh's chunks::fp4_scale / Fp4Scale are another
+// recipe (bias and FMA) with another fast range, for the mma.sync kernels.
+struct SubnormalScale {
     uint32_t alpha, post;
 };
-__device__ __forceinline__ bool fp4_fast_scale(uint32_t e) { return e <= 127u; }  // also of bytes ORed together
-__device__ __forceinline__ uint32_t fp4_fast_alpha(uint32_t e) { return (e + 127u) * 0x00800080u; }
-__device__ __forceinline__ Fp4Scale fp4_scale(uint32_t e) {
-    if (fp4_fast_scale(e)) return {fp4_fast_alpha(e), 0x3f803f80u};
+__device__ __forceinline__ bool subnormal_fast_scale(uint32_t e) { return e <= 127u; }  // also of bytes ORed together
+__device__ __forceinline__ uint32_t subnormal_alpha(uint32_t e) { return (e + 127u) * 0x00800080u; }
+__device__ __forceinline__ SubnormalScale subnormal_scale(uint32_t e) {
+    if (subnormal_fast_scale(e)) return {subnormal_alpha(e), 0x3f803f80u};
     return {0x7f007f00u, e == 255u ? 0x7fc07fc0u : e * 0x00800080u};
 }
 static_assert(kAccScale == float(1u << kAccExp) && 132 - 127 == kAccExp, "2^e v 2^-132 = 2^S v 2^-kAccExp");
 
 // One 32-bit word of 8 e2m1 codes (low nibble first) -> the bf16 pairs o = (c0, c2), (c1, c3), (c4, c6), (c5, c7)
-// of v_i 2^(e - 132), for alpha = 2^e (fp4_scale). A pair is (the 2|v| byte, the sign byte, ...): bf16 subnormals
+// of v_i 2^(e - 132), for alpha = 2^e (subnormal_scale). A pair is (the 2|v| byte, the sign byte, ...): bf16 subnormals
 // 2|v| 2^-133, which the multiply makes exact normal (or subnormal) bf16 values; sign and zero carry through.
 __device__ __forceinline__ void fp4_word_to_a(uint32_t u, uint32_t alpha, uint32_t (&o)[4]) {
     constexpr uint32_t kLo = 0x03020100u, kHi = 0x0c080604u;   // byte c: 2|v| of magnitude code c
@@ -464,19 +465,19 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
             const int sl = M * wg + m, r = arow + 8 * h;
             raw[m][h] = *reinterpret_cast<const uint4*>(sw + sl * kSliceWBytes + r * 64 + c * 16);
             const uint32_t e = scale_byte(m, h);
-            alpha[m][h] = fp4_fast_alpha(e);
+            alpha[m][h] = subnormal_alpha(e);
             any_e |= e;
         }
     }
-    // Scales outside the fast range (2^S >= 2: never in a checkpoint) take fp4_scale's alpha and then its post, the
-    // whole warp together (the consumers are issue-bound: the fast path is a multiply-add and an OR a scale and one
-    // compare and vote a stage; ~20 instructions a stage when every scale took fp4_scale's selects).
-    const bool any_slow = __any_sync(0xffffffffu, !fp4_fast_scale(any_e));
+    // Scales outside the fast range (2^S >= 2: never in a checkpoint) take subnormal_scale's alpha and then its post,
+    // the whole warp together (the consumers are issue-bound: the fast path is a multiply-add and an OR a scale and one
+    // compare and vote a stage; ~20 instructions a stage when every scale took subnormal_scale's selects).
+    const bool any_slow = __any_sync(0xffffffffu, !subnormal_fast_scale(any_e));
     if (any_slow) {
 #pragma unroll
         for (int m = 0; m < M; ++m)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) alpha[m][h] = fp4_scale(scale_byte(m, h)).alpha;
+            for (int h = 0; h < 2; ++h) alpha[m][h] = subnormal_scale(scale_byte(m, h)).alpha;
     }
     const uint32_t sb = ring + st * R::kStageBytes;
     // The stage's B descriptors differ only in the address field (bits 0-13, address / 16; shared memory is below
@@ -496,8 +497,9 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
                 for (int h = 0; h < 2; ++h) fp4_word_to_a(word_of(raw[m][h], G * bt + g), alpha[m][h], a[g][m][h]);
         // Two passes rather than a test per element in one (that grows the fast path's PTX by 15%).
         if (any_slow)
-            for_each_fragment(
-                a, [&](uint32_t& v, int m, int h) { v = chunks::mul_bf16x2(v, fp4_scale(scale_byte(m, h)).post); });
+            for_each_fragment(a, [&](uint32_t& v, int m, int h) {
+                v = chunks::mul_bf16x2(v, subnormal_scale(scale_byte(m, h)).post);
+            });
         for_each_fragment(a, [](uint32_t& v, int, int) { pin(v); });  // defined before the fence, not sunk past it
 #pragma unroll
         for (int g = 0; g < G; ++g)
