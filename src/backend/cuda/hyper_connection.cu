@@ -41,6 +41,7 @@ constexpr int64_t kFewTokens = 64;       // up to this many tokens take the few-
 constexpr int64_t kWideRowTokens = 512;  // from this many tokens the tiled kernel covers 24 rows per block
 constexpr int64_t kSlabTokens = 4096;    // tokens per partials scratch (13 MB at W = 16384, M = 24)
 constexpr int kFinishTokens = 8;         // tokens per finish block: enough blocks to overlap the partial loads
+constexpr int kFinishBatch = 32;         // partials a finish thread loads before adding them
 // Tokens per partials scratch of the tensor-core dots: 6.5 MB at W = 16384, M = 24 (4 splits: hc_dots_tc.cu).
 constexpr int64_t kTcSlabTokens = 16384;
 
@@ -275,9 +276,17 @@ __global__ void __launch_bounds__(128)
     const int nt = static_cast<int>(min(static_cast<int64_t>(kFinishTokens), tokens - t0));
     for (int i = threadIdx.x; i < nt * stride; i += blockDim.x) {
         const float* src = part + (t0 + i / stride) * chunks * stride + i % stride;
+        // Up to kFinishBatch partials loaded at once, then added in chunk order: one memory latency per batch (a
+        // decode step's 32 chunks: one, where a loop of dependent adds kept 8 loads in flight and paid four).
         float sum = src[0];
-#pragma unroll 8
-        for (int ch = 1; ch < chunks; ++ch) sum += src[ch * stride];
+        for (int ch0 = 1; ch0 < chunks; ch0 += kFinishBatch) {
+            float v[kFinishBatch];
+#pragma unroll
+            for (int q = 0; q < kFinishBatch; ++q) v[q] = ch0 + q < chunks ? src[(ch0 + q) * stride] : 0.0f;
+#pragma unroll
+            for (int q = 0; q < kFinishBatch; ++q)
+                if (ch0 + q < chunks) sum += v[q];
+        }
         raw[i] = sum;
     }
     __syncthreads();
