@@ -49,6 +49,14 @@ void Backend::grouped_experts(TensorView x, const std::vector<int64_t>& counts, 
     }
 }
 
+void Backend::hc_pre_norm(TensorView normed, TensorView post, TensorView comb, TensorView streams, const HcParams& p,
+                          const float* norm_weight, float eps) {
+    DI_ICHECK(streams.ndim() == 3 && normed.numel() == streams.dim(0) * streams.dim(2), "hc_pre_norm shapes");
+    Tensor collapsed = alloc(DType::kF32, Shape{streams.dim(0), streams.dim(2)});
+    hc_pre(collapsed, post, comb, streams, p);
+    rms_norm(normed, collapsed, norm_weight, eps);
+}
+
 void Backend::routed_experts(TensorView out, TensorView x, TensorView expert_of_row,
                              const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
                              const std::vector<LinearWeight>& w2, int rows_per_input, float swiglu_limit) {

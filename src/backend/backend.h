@@ -106,6 +106,11 @@ public:
     // the collapsed input collapsed [T, D] = sum_j pre_j * streams_j.
     virtual void hc_pre(TensorView collapsed, TensorView post, TensorView comb, TensorView streams,
                         const HcParams& p) = 0;
+    // hc_pre, then the collapsed rows' RMSNorm: normed [T, D] = c * rsqrt(mean(c^2) + eps), times norm_weight [D]
+    // when given, for each collapsed row c; post and comb as hc_pre. The default runs the two ops on scratch from
+    // alloc(); device backends may fuse the collapse and the norm.
+    virtual void hc_pre_norm(TensorView normed, TensorView post, TensorView comb, TensorView streams, const HcParams& p,
+                             const float* norm_weight, float eps);
     // The mHC coefficients alone: pre [T, n], post [T, n], comb [T, n, n] (V4.1 collapses with a pre from
     // an earlier sublayer).
     virtual void hc_mix(TensorView pre, TensorView post, TensorView comb, TensorView streams, const HcParams& p) = 0;

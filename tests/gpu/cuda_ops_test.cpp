@@ -352,6 +352,22 @@ TEST_F(CudaOps, HyperConnections) {
         gpu_->hc_pre(collapsed_d, post_d, comb_d, sd, dp);
         EXPECT_LE(rel_error(fetch(collapsed_d), values(collapsed)), kBound);
 
+        // hc_pre_norm (weighted, and unweighted at d = 96): against the CPU's hc_pre + rms_norm; and bitwise the
+        // GPU's own hc_pre + rms_norm where the fused kernel applies (d % 4 == 0) and rms_norm takes a block per
+        // row (fewer than 1024 rows, or d > 1024).
+        Tensor nw = host(randn(d, 0.5f), Shape{d}), nwd = device(nw);
+        const float* nw_h = d == 96 ? nullptr : nw.f32();
+        const float* nw_d = d == 96 ? nullptr : nwd.f32();
+        Tensor normed = Tensor::f32(Shape{rows, d}), normed_d = poisoned(Shape{rows, d});
+        cpu_->hc_pre_norm(normed, post, comb, streams, hp, nw_h, 1e-6f);
+        gpu_->hc_pre_norm(normed_d, post_d, comb_d, sd, dp, nw_d, 1e-6f);
+        EXPECT_LE(rel_error(fetch(normed_d), values(normed)), kBound) << "hc_pre_norm";
+        Tensor two_ops = poisoned(Shape{rows, d});
+        gpu_->rms_norm(two_ops, collapsed_d, nw_d, 1e-6f);
+        if (d % 4 == 0 && (rows < 1024 || d > 1024)) {
+            EXPECT_EQ(fetch(normed_d), fetch(two_ops)) << "hc_pre_norm";
+        }
+
         Tensor y = host(randn(rows * d), Shape{rows, d}), yd = device(y);
         Tensor expanded = Tensor::f32(streams.shape()), expanded_d = poisoned(streams.shape());
         cpu_->hc_post(expanded, y, post, comb, streams);

@@ -394,6 +394,20 @@ public:
         hc_mix(pre, post, comb, streams, p);
         hc_collapse(collapsed, streams, pre);
     }
+    // The collapse and the norm in one kernel where it applies (the same arithmetic as hc_collapse + rms_norm).
+    void hc_pre_norm(TensorView normed, TensorView post, TensorView comb, TensorView streams, const HcParams& p,
+                     const float* norm_weight, float eps) override {
+        const int64_t t = streams.dim(0), d = streams.dim(2);
+        DI_ICHECK(streams.ndim() == 3 && streams.dim(1) == p.n && normed.numel() == t * d, "hc_pre_norm shapes");
+        if (!cuda::hc_collapse_norm_applies(p.n, d, normed.f32(), streams.f32(), norm_weight)) {
+            Backend::hc_pre_norm(normed, post, comb, streams, p, norm_weight, eps);
+            return;
+        }
+        Tensor pre = alloc(DType::kF32, Shape{t, p.n});
+        hc_mix(pre, post, comb, streams, p);
+        const auto op = profiler_->scope("hc_collapse_norm");
+        cuda::launch_hc_collapse_norm(normed.f32(), streams.f32(), pre.f32(), norm_weight, t, p.n, d, eps, stream_);
+    }
     void hc_mix(TensorView pre, TensorView post, TensorView comb, TensorView streams, const HcParams& p) override {
         const auto op = profiler_->scope("hc_mix");
         cuda::launch_hc_mix(pre.f32(), post.f32(), comb.f32(), streams.f32(), streams.dim(0), streams.dim(2),

@@ -133,6 +133,13 @@ struct HcDesc {
 };
 void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
                    const HcDesc& p, cudaStream_t stream);
+// out [rows, d] = RMSNorm of hc_collapse's rows (times weight [d] when not null) in one kernel, a block per row:
+// bitwise what launch_hc_collapse then launch_rms_norm give where the latter takes a block per row (d > 1024, or
+// fewer than 1024 rows). Applies for n <= 8, d % 4 == 0, d <= 4096, 16-byte aligned
+// out, streams and weight.
+bool hc_collapse_norm_applies(int64_t n, int64_t d, const float* out, const float* streams, const float* weight);
+void launch_hc_collapse_norm(float* out, const float* streams, const float* pre, const float* weight, int64_t rows,
+                             int64_t n, int64_t d, float eps, cudaStream_t stream);
 void launch_hc_collapse(float* out, const float* streams, const float* pre, int64_t rows, int64_t n, int64_t d,
                         cudaStream_t stream);
 void launch_hc_post(float* out, const float* y, const float* post, const float* comb, const float* streams,

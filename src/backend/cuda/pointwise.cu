@@ -7,18 +7,24 @@ namespace deepinfer::cuda {
 namespace {
 
 // A row's float4s i = first + u * step (u < V, i < n4) in registers; returns their sum of squares.
+// The sum of squares of v's floats, in the order every RMSNorm kernel here takes (one expression, so that the
+// compiler contracts it alike everywhere).
 template <int V>
-__device__ __forceinline__ float load_row(float4 (&v)[V], const float4* __restrict__ xr, int first, int step,
-                                          int n4) {
+__device__ __forceinline__ float sum_squares(const float4 (&v)[V]) {
     float ss = 0;
+#pragma unroll
+    for (int u = 0; u < V; ++u) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+    return ss;
+}
+
+template <int V>
+__device__ __forceinline__ float load_row(float4 (&v)[V], const float4* __restrict__ xr, int first, int step, int n4) {
 #pragma unroll
     for (int u = 0; u < V; ++u) {
         const int i = first + u * step;
         v[u] = i < n4 ? xr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-#pragma unroll
-    for (int u = 0; u < V; ++u) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
-    return ss;
+    return sum_squares(v);
 }
 
 // yr[i] = v[u] * inv (times weight[i], if any) for the float4s load_row() read.
@@ -53,6 +59,36 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* __res
     const float ss = load_row(v, xr, threadIdx.x, kNormThreads, n4);
     const float inv = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(cols) + eps);
     store_normed(yr, v, inv, weight, threadIdx.x, kNormThreads, n4);
+}
+
+// hc_collapse then RMSNorm, a block per row of up to 4096 aligned floats: row r's float4 i is
+// sum_j pre[r, j] streams[r, j, i] with fmaf from zero in ascending j (hc_collapse_vec_kernel's arithmetic), kept
+// in registers and normed as rms_norm_vec_kernel norms a loaded row, so the output is bitwise the two kernels'
+// without the collapsed row's trip through memory and one launch. N > 0: n known at compile time.
+template <int N>
+__global__ void __launch_bounds__(kNormThreads)
+    hc_collapse_norm_kernel(float* __restrict__ out, const float4* __restrict__ streams, const float* __restrict__ pre,
+                            const float* __restrict__ weight, int n_rt, int64_t cols, float eps) {
+    pdl_prologue();  // see pdl.cuh
+    const int n = N > 0 ? N : n_rt, n4 = static_cast<int>(cols / 4);
+    const int64_t r = blockIdx.x;
+    const float4* s = streams + r * n * n4;
+    float4 v[kNormVec];
+#pragma unroll
+    for (int u = 0; u < kNormVec; ++u) {
+        const int i = threadIdx.x + u * kNormThreads;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i < n4) {
+            for (int j = 0; j < n; ++j) {
+                const float w = pre[r * n + j];
+                const float4 x = s[j * n4 + i];
+                acc = make_float4(fmaf(w, x.x, acc.x), fmaf(w, x.y, acc.y), fmaf(w, x.z, acc.z), fmaf(w, x.w, acc.w));
+            }
+        }
+        v[u] = acc;
+    }
+    const float inv = 1.0f / sqrtf(block_sum(sum_squares(v)) / static_cast<float>(cols) + eps);
+    store_normed(reinterpret_cast<float4*>(out + r * cols), v, inv, weight, threadIdx.x, kNormThreads, n4);
 }
 
 // Rows of up to 1024 aligned floats (q heads of 512, the 1024 / 512 latents): a warp per row, V float4s a lane,
@@ -205,6 +241,22 @@ void launch_rms_norm(float* out, const float* x, const float* weight, int64_t ro
     } else if (vec) {
         launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, out, x, weight, cols, eps);
     } else launch_pdl(rms_norm_kernel, static_cast<unsigned>(rows), 256, 0, stream, out, x, weight, cols, eps);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+bool hc_collapse_norm_applies(int64_t n, int64_t d, const float* out, const float* streams, const float* weight) {
+    auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return n >= 1 && n <= 8 && d % 4 == 0 && d <= int64_t{4} * kNormThreads * kNormVec && aligned(out) &&
+           aligned(streams) && aligned(weight);
+}
+
+void launch_hc_collapse_norm(float* out, const float* streams, const float* pre, const float* weight, int64_t rows,
+                             int64_t n, int64_t d, float eps, cudaStream_t stream) {
+    if (rows == 0) return;
+    DI_ICHECK(hc_collapse_norm_applies(n, d, out, streams, weight), "hc_collapse_norm: n ", n, ", d ", d);
+    auto kernel = n == 4 ? hc_collapse_norm_kernel<4> : hc_collapse_norm_kernel<0>;
+    launch_pdl(kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, out,
+               reinterpret_cast<const float4*>(streams), pre, weight, static_cast<int>(n), d, eps);
     DI_CUDA_LAUNCH_CHECK();
 }
 

@@ -172,8 +172,7 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch, bool o
     };
     // One sublayer wrapped in mHC: collapse the streams, norm, run, expand back into the streams.
     auto sublayer = [&](const HcWeights& hc_w, const Tensor& norm, const std::string& name, auto&& body) {
-        be.hc_pre(x, post, comb, streams, hc(hc_w));
-        be.rms_norm(xn, x, norm.f32(), c.rms_eps);
+        be.hc_pre_norm(xn, post, comb, streams, hc(hc_w), norm.f32(), c.rms_eps);
         body(xn.view(), y.view());
         dump(be, name, y);
         be.hc_post(next, y, post, comb, streams);
