@@ -102,6 +102,14 @@ public:
     virtual void rope(TensorView x, const int32_t* positions, const float* inv_freq, int rope_dim,
                       float attention_factor, bool inverse) = 0;
 
+    // rms_norm over the last dim of x [T, heads, head_dim] in place (times weight [head_dim] when given), then rope
+    // (not inverse) with these arguments. Device backends may fuse the two.
+    virtual void rms_norm_rope(TensorView x, const float* weight, float eps, const int32_t* positions,
+                               const float* inv_freq, int rope_dim, float attention_factor) {
+        rms_norm(x, x, weight, eps);
+        rope(x, positions, inv_freq, rope_dim, attention_factor, false);
+    }
+
     // mHC collapse: from streams [T, n, D] computes post [T, n], comb [T, n, n] (Sinkhorn-normalised) and
     // the collapsed input collapsed [T, D] = sum_j pre_j * streams_j.
     virtual void hc_pre(TensorView collapsed, TensorView post, TensorView comb, TensorView streams,

@@ -205,6 +205,64 @@ TEST_F(CudaOps, LinearBatchInvariantModeIgnoresRowCount) {
     EXPECT_EQ(std::vector<float>(a.begin(), a.begin() + n), b);
 }
 
+// rms_norm_rope (the query heads' and the KV latent's norm then RoPE): against the CPU's rms_norm + rope, and bitwise
+// the GPU's own two ops. Shapes: one token of 64 heads x 512 (rope 64), three tokens of one 512 head, a 96-wide head
+// with rope over all of it; 20 tokens x 64 heads (1280 rows) take the two ops outside batch-invariant mode and the
+// fused kernel in it; rope 6 (not whole float4s) the two ops.
+TEST_F(CudaOps, RmsNormRopeFused) {
+    struct Case {
+        int64_t t, heads, d;
+        int rope;
+        bool weighted, invariant;
+    };
+    for (const Case k :
+         {Case{1, 64, 512, 64, false, false}, Case{3, 1, 512, 64, true, false}, Case{2, 4, 96, 96, true, false},
+          Case{20, 64, 512, 64, false, false}, Case{20, 64, 512, 64, true, true}, Case{5, 2, 64, 6, true, false}}) {
+        SCOPED_TRACE(testing::Message() << k.t << " x " << k.heads << " x " << k.d << ", rope " << k.rope);
+        Tensor x = host(randn(k.t * k.heads * k.d, 3.0f), Shape{k.t, k.heads, k.d});
+        Tensor w = host(randn(k.d), Shape{k.d}), wd = device(w);
+        std::vector<int32_t> pos(k.t);
+        for (int64_t i = 0; i < k.t; ++i) pos[i] = static_cast<int32_t>(rng_() % 5000);
+        std::vector<float> inv(k.rope / 2);
+        for (int i = 0; i < k.rope / 2; ++i) inv[i] = std::pow(10000.0f, -static_cast<float>(2 * i) / k.rope);
+        Tensor pos_d = gpu_->alloc(DType::kI32, Shape{k.t}), inv_d = gpu_->alloc(DType::kF32, Shape{k.rope / 2});
+        gpu_->upload(pos_d, pos.data());
+        gpu_->upload(inv_d, inv.data());
+        const float* wh = k.weighted ? w.f32() : nullptr;
+        const float* wdp = k.weighted ? wd.f32() : nullptr;
+        Tensor ref = host(values(x), x.shape());
+        cpu_->rms_norm(ref, ref, wh, 1e-6f);
+        cpu_->rope(ref, pos.data(), inv.data(), k.rope, 1.25f, false);
+        gpu_->set_batch_invariant(k.invariant);
+        Tensor fused = device(x), two = device(x);
+        gpu_->rms_norm_rope(fused, wdp, 1e-6f, pos_d.as<int32_t>(), inv_d.f32(), k.rope, 1.25f);
+        gpu_->rms_norm(two, two, wdp, 1e-6f);
+        gpu_->rope(two, pos_d.as<int32_t>(), inv_d.f32(), k.rope, 1.25f, false);
+        gpu_->set_batch_invariant(false);
+        const std::vector<float> got = fetch(fused);
+        EXPECT_LE(rel_error(got, values(ref)), kBound);
+        EXPECT_EQ(got, fetch(two));
+    }
+}
+
+// In batch-invariant mode a row's RMSNorm is bitwise the same alone or among 2048 rows of 512 (the query heads of 32
+// tokens: outside this mode those take a warp a row, alone a block a row).
+TEST_F(CudaOps, RmsNormBatchInvariantModeIgnoresRowCount) {
+    const int64_t rows = 2048, cols = 512;
+    Tensor x = host(randn(rows * cols), Shape{rows, cols}), xd = device(x);
+    Tensor w = device(host(randn(cols, 0.5f), Shape{cols}));
+    gpu_->set_batch_invariant(true);
+    Tensor all = poisoned(Shape{rows, cols});
+    gpu_->rms_norm(all, xd, w.f32(), 1e-6f);
+    const std::vector<float> a = fetch(all);
+    for (int64_t r = 0; r < rows; r += 97) {  // 22 rows alone: each summation order would show in some of them
+        Tensor one = poisoned(Shape{1, cols});
+        gpu_->rms_norm(one, xd.view().slice_rows(r, r + 1), w.f32(), 1e-6f);
+        EXPECT_EQ(std::vector<float>(a.begin() + r * cols, a.begin() + (r + 1) * cols), fetch(one)) << "row " << r;
+    }
+    gpu_->set_batch_invariant(false);
+}
+
 // t = 3 takes the GEMV (activation rows strided by groups * k), t = 9 the tiled kernel.
 TEST_F(CudaOps, GroupedLinearAndEmbedding) {
     const int64_t groups = 4, r = 24, k = 64;

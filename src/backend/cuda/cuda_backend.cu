@@ -380,13 +380,24 @@ public:
     void rms_norm(TensorView out, TensorView x, const float* weight, float eps) override {
         const auto op = profiler_->scope("rms_norm");
         const int64_t c = x.dim(-1);
-        cuda::launch_rms_norm(out.f32(), x.f32(), weight, x.numel() / c, c, eps, stream_);
+        cuda::launch_rms_norm(out.f32(), x.f32(), weight, x.numel() / c, c, eps, batch_invariant_, stream_);
     }
     void rope(TensorView x, const int32_t* positions, const float* inv_freq, int rope_dim, float attention_factor,
               bool inverse) override {
         const auto op = profiler_->scope("rope");
         cuda::launch_rope(x.f32(), positions, inv_freq, x.dim(0), x.dim(1), x.dim(2), rope_dim, attention_factor,
                           inverse, stream_);
+    }
+    void rms_norm_rope(TensorView x, const float* weight, float eps, const int32_t* positions, const float* inv_freq,
+                       int rope_dim, float attention_factor) override {
+        DI_ICHECK(x.ndim() == 3, "rms_norm_rope: x must be [T, heads, head_dim]");
+        if (!cuda::rms_norm_rope_applies(x.f32(), weight, x.dim(0), x.dim(1), x.dim(2), rope_dim, batch_invariant_)) {
+            Backend::rms_norm_rope(x, weight, eps, positions, inv_freq, rope_dim, attention_factor);
+            return;
+        }
+        const auto op = profiler_->scope("rms_norm_rope");
+        cuda::launch_rms_norm_rope(x.f32(), weight, eps, positions, inv_freq, x.dim(0), x.dim(1), x.dim(2), rope_dim,
+                                   attention_factor, batch_invariant_, stream_);
     }
     void hc_pre(TensorView collapsed, TensorView post, TensorView comb, TensorView streams,
                 const HcParams& p) override {

@@ -111,8 +111,19 @@ GemvWgmmaPlan gemv_wgmma_plan_of(const GemvJob* jobs, int count, int64_t rows);
 void launch_gemv_wgmma_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
 void launch_embedding(float* out, const WeightDesc& table, const int32_t* ids, int64_t rows, cudaStream_t stream);
 
+// RMSNorm of rows [rows, cols]. Many short rows take a warp a row (another summation order than a block a row);
+// fixed_kernel keeps one kernel for every row count, so that a row's result does not depend on it (batch-invariant
+// mode).
 void launch_rms_norm(float* out, const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
-                     cudaStream_t stream);
+                     bool fixed_kernel, cudaStream_t stream);
+// launch_rms_norm (over head_dim, in place) then launch_rope (not inverse) on x [rows, heads, head_dim] in one kernel,
+// bitwise the two. Applies where launch_rms_norm would take a block a row (with the same fixed_kernel) and
+// rope_dim % 4 == 0, x and weight 16-byte aligned.
+bool rms_norm_rope_applies(const float* x, const float* weight, int64_t rows, int64_t heads, int64_t head_dim,
+                           int rope_dim, bool fixed_kernel);
+void launch_rms_norm_rope(float* x, const float* weight, float eps, const int32_t* positions, const float* inv_freq,
+                          int64_t rows, int64_t heads, int64_t head_dim, int rope_dim, float attention_factor,
+                          bool fixed_kernel, cudaStream_t stream);
 void launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t rows, int64_t heads,
                  int64_t head_dim, int rope_dim, float attention_factor, bool inverse, cudaStream_t stream);
 void launch_swiglu(float* out, const float* gate, const float* up, int64_t n, float limit, cudaStream_t stream);

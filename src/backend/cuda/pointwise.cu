@@ -27,7 +27,17 @@ __device__ __forceinline__ float load_row(float4 (&v)[V], const float4* __restri
     return sum_squares(v);
 }
 
-// yr[i] = v[u] * inv (times weight[i], if any) for the float4s load_row() read.
+// The normed float4 i of a row: v * inv, times weight[i] if any.
+__device__ __forceinline__ float4 normed4(const float4& v, float inv, const float* __restrict__ weight, int i) {
+    float4 r = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+    if (weight) {
+        const float4 w = reinterpret_cast<const float4*>(weight)[i];
+        r = make_float4(w.x * r.x, w.y * r.y, w.z * r.z, w.w * r.w);
+    }
+    return r;
+}
+
+// yr[i] = normed4(v[u]) for the float4s load_row() read.
 template <int V>
 __device__ __forceinline__ void store_normed(float4* __restrict__ yr, const float4 (&v)[V], float inv,
                                              const float* __restrict__ weight, int first, int step, int n4) {
@@ -35,13 +45,18 @@ __device__ __forceinline__ void store_normed(float4* __restrict__ yr, const floa
     for (int u = 0; u < V; ++u) {
         const int i = first + u * step;
         if (i >= n4) break;
-        float4 r = make_float4(v[u].x * inv, v[u].y * inv, v[u].z * inv, v[u].w * inv);
-        if (weight) {
-            const float4 w = reinterpret_cast<const float4*>(weight)[i];
-            r = make_float4(w.x * r.x, w.y * r.y, w.z * r.z, w.w * r.w);
-        }
-        yr[i] = r;
+        yr[i] = normed4(v[u], inv, weight, i);
     }
+}
+
+// RoPE of one interleaved pair (a, b) at `position` with inverse frequency f: rotated by position * f (by its
+// negative for sign -1), cos and sin scaled by af.
+__device__ __forceinline__ void rotate_pair(float& a, float& b, int32_t position, float f, float af, float sign) {
+    const float angle = static_cast<float>(position) * f;
+    const float c = cosf(angle) * af, s = sinf(angle) * af * sign;
+    const float x = a, y = b;
+    a = x * c - y * s;
+    b = y * c + x * s;
 }
 
 // Rows of up to 4096 aligned floats (the model's): each thread keeps its 16 values in registers, loaded as four
@@ -136,12 +151,40 @@ __global__ void rope_kernel(float* __restrict__ x, const int32_t* __restrict__ p
     if (i >= rows * heads * half) return;
     const int pair = static_cast<int>(i % half);
     const int64_t rh = i / half, r = rh / heads;
-    const float angle = static_cast<float>(positions[r]) * inv_freq[pair];
-    const float c = cosf(angle) * af, s = sinf(angle) * af * sign;
     float* v = x + rh * head_dim + (head_dim - 2 * half) + 2 * pair;
-    const float a = v[0], b = v[1];
-    v[0] = a * c - b * s;
-    v[1] = b * c + a * s;
+    float a = v[0], b = v[1];
+    rotate_pair(a, b, positions[r], inv_freq[pair], af, sign);
+    v[0] = a;
+    v[1] = b;
+}
+
+// RMSNorm then RoPE of rows of up to 4096 aligned floats (a head of x [rows / heads, heads, cols]), a block per row,
+// in place: rms_norm_vec_kernel's arithmetic, then rope_kernel's on the normed values in registers, so the output
+// is bitwise the two kernels' without the row's second trip through memory and one launch. The rotated pairs are
+// the last 2 half columns (cols - 2 half a multiple of 4: a float4 holds two whole pairs or none).
+__global__ void __launch_bounds__(kNormThreads)
+    rms_norm_rope_kernel(float* __restrict__ x, const float* __restrict__ weight, int64_t cols, float eps,
+                         const int32_t* __restrict__ positions, const float* __restrict__ inv_freq, int64_t heads,
+                         int half, float af) {
+    pdl_prologue();  // see pdl.cuh
+    float4* xr = reinterpret_cast<float4*>(x + blockIdx.x * cols);
+    const int n4 = static_cast<int>(cols / 4), first4 = static_cast<int>((cols - 2 * half) / 4);
+    float4 v[kNormVec];
+    const float ss = load_row(v, xr, threadIdx.x, kNormThreads, n4);
+    const float inv = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(cols) + eps);
+    const int32_t position = positions[blockIdx.x / heads];
+#pragma unroll
+    for (int u = 0; u < kNormVec; ++u) {
+        const int i = threadIdx.x + u * kNormThreads;
+        if (i >= n4) break;
+        float4 o = normed4(v[u], inv, weight, i);
+        if (i >= first4) {
+            const int pair = 2 * (i - first4);
+            rotate_pair(o.x, o.y, position, inv_freq[pair], af, 1.0f);
+            rotate_pair(o.z, o.w, position, inv_freq[pair + 1], af, 1.0f);
+        }
+        xr[i] = o;
+    }
 }
 
 __global__ void swiglu_kernel(float* __restrict__ out, const float* __restrict__ gate, const float* __restrict__ up,
@@ -227,12 +270,12 @@ unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + 
 }  // namespace
 
 void launch_rms_norm(float* out, const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
-                     cudaStream_t stream) {
+                     bool fixed_kernel, cudaStream_t stream) {
     if (rows == 0) return;
     const bool vec = cols % 4 == 0 && cols <= 4 * kNormVec * kNormThreads &&
                      reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(weight) % 16 == 0;
-    if (vec && cols <= 1024 && rows >= kRowWarpMinRows) {
+    if (vec && cols <= 1024 && rows >= kRowWarpMinRows && !fixed_kernel) {
         const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
         const int v = static_cast<int>((cols + 127) / 128);  // float4s a lane
         auto kernel = v == 1 ? rms_norm_warp_kernel<1> : v == 2 ? rms_norm_warp_kernel<2>
@@ -240,7 +283,8 @@ void launch_rms_norm(float* out, const float* x, const float* weight, int64_t ro
         launch_pdl(kernel, blocks, kRowWarps * 32, 0, stream, out, x, weight, rows, cols, eps);
     } else if (vec) {
         launch_pdl(rms_norm_vec_kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, out, x, weight, cols, eps);
-    } else launch_pdl(rms_norm_kernel, static_cast<unsigned>(rows), 256, 0, stream, out, x, weight, cols, eps);
+    } else
+        launch_pdl(rms_norm_kernel, static_cast<unsigned>(rows), 256, 0, stream, out, x, weight, cols, eps);
     DI_CUDA_LAUNCH_CHECK();
 }
 
@@ -257,6 +301,26 @@ void launch_hc_collapse_norm(float* out, const float* streams, const float* pre,
     auto kernel = n == 4 ? hc_collapse_norm_kernel<4> : hc_collapse_norm_kernel<0>;
     launch_pdl(kernel, static_cast<unsigned>(rows), kNormThreads, 0, stream, out,
                reinterpret_cast<const float4*>(streams), pre, weight, static_cast<int>(n), d, eps);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+bool rms_norm_rope_applies(const float* x, const float* weight, int64_t rows, int64_t heads, int64_t head_dim,
+                           int rope_dim, bool fixed_kernel) {
+    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    // Where launch_rms_norm takes its block-a-row kernel, and the rotated dims are whole float4s.
+    const bool block_rows =
+        head_dim <= 4 * kNormVec * kNormThreads && (head_dim > 1024 || rows * heads < kRowWarpMinRows || fixed_kernel);
+    return head_dim % 4 == 0 && rope_dim % 4 == 0 && rope_dim <= head_dim && block_rows && aligned(x) &&
+           aligned(weight);
+}
+
+void launch_rms_norm_rope(float* x, const float* weight, float eps, const int32_t* positions, const float* inv_freq,
+                          int64_t rows, int64_t heads, int64_t head_dim, int rope_dim, float attention_factor,
+                          bool fixed_kernel, cudaStream_t stream) {
+    DI_ICHECK(rms_norm_rope_applies(x, weight, rows, heads, head_dim, rope_dim, fixed_kernel), "rms_norm_rope");
+    if (rows * heads == 0) return;
+    launch_pdl(rms_norm_rope_kernel, static_cast<unsigned>(rows * heads), kNormThreads, 0, stream, x, weight, head_dim,
+               eps, positions, inv_freq, heads, rope_dim / 2, attention_factor);
     DI_CUDA_LAUNCH_CHECK();
 }
 

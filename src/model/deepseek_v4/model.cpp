@@ -385,10 +385,8 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         from_cq.push_back({iq.view().reshape(Shape{T, hi * di}), &L.indexer.wq_b});
     }
     be.linears(cq, from_cq);
-    be.rms_norm(q, q, nullptr, c.rms_eps);
-    be.rope(q, pos, inv_freq, rope.dim, af, false);
-    be.rms_norm(kv, kv, L.kv_norm.f32(), c.rms_eps);
-    be.rope(kv, pos, inv_freq, rope.dim, af, false);
+    be.rms_norm_rope(q, nullptr, c.rms_eps, pos, inv_freq, rope.dim, af);
+    be.rms_norm_rope(kv, L.kv_norm.f32(), c.rms_eps, pos, inv_freq, rope.dim, af);
     if (L.has_indexer) {
         be.rope(iq, pos, compress_inv_freq_.f32(), c.compress_rope.dim,
                 static_cast<float>(c.compress_rope.attention_factor), false);
