@@ -179,11 +179,13 @@ public:
                            k, bases.as<int32_t>()[t]);
     }
     // Index lists from runs: for each row of runs [R, 5] I32 = (at, a, na, b, nb), dst[at + i] = a + i for i < na,
-    // then dst[at + na + j] = b + j for j < nb. Other entries of dst (I32) are not written.
+    // then dst[at + na + j] = b + j for j < nb. Other entries of dst (I32) are not written. A run reaching outside
+    // dst is an error (host backends) or writes only its entries inside dst (device backends: the host does not
+    // read the runs).
     virtual void fill_index_ranges(TensorView dst, TensorView runs) = 0;
     // Row addresses from runs of equally spaced rows: for each row of runs [R, 4] I64 = (at, address, count,
     // stride in bytes), dst[at + i] = address + i * stride for i < count. Other entries of dst (I64) are not
-    // written. A sequence's key rows (its window ring, the step's rows, its paged entries) are a few runs, so the
+    // written; a run reaching outside dst as for fill_index_ranges. A sequence's key rows (its window ring, the step's rows, its paged entries) are a few runs, so the
     // host stages a few numbers a run instead of an address a row.
     virtual void fill_row_addresses(TensorView dst, TensorView runs) = 0;
     // Greedy token selection: ids[r] = the index of the largest logit of row r of logits [R, V], the lowest

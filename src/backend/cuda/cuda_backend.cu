@@ -531,13 +531,15 @@ public:
     void fill_index_ranges(TensorView dst, TensorView runs) override {
         const auto op = profiler_->scope("fill_index_ranges");
         DI_ICHECK(runs.numel() % 5 == 0 && dst.dtype() == DType::kI32, "fill_index_ranges shapes");
-        cuda::launch_fill_index_ranges(dst.as<int32_t>(), runs.as<const int32_t>(), runs.numel() / 5, stream_);
+        cuda::launch_fill_index_ranges(dst.as<int32_t>(), dst.numel(), runs.as<const int32_t>(), runs.numel() / 5,
+                                       stream_);
     }
     void fill_row_addresses(TensorView dst, TensorView runs) override {
         const auto op = profiler_->scope("fill_row_addresses");
         DI_ICHECK(runs.numel() % 4 == 0 && runs.dtype() == DType::kI64 && dst.dtype() == DType::kI64,
                   "fill_row_addresses shapes");
-        cuda::launch_fill_row_addresses(dst.as<int64_t>(), runs.as<const int64_t>(), runs.numel() / 4, stream_);
+        cuda::launch_fill_row_addresses(dst.as<int64_t>(), dst.numel(), runs.as<const int64_t>(), runs.numel() / 4,
+                                        stream_);
     }
     void argmax_rows(TensorView ids, TensorView logits) override {
         const auto op = profiler_->scope("argmax_rows");

@@ -202,10 +202,10 @@ void launch_indexer_scores_tc(float* scores, const float* q, const float* keys, 
 
 void launch_gather_rows(float* dst, const float* const* rows, int64_t r, int64_t c, cudaStream_t stream);
 void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_t c, cudaStream_t stream);
-// Backend::fill_index_ranges: runs [r, 5] I32.
-void launch_fill_index_ranges(int32_t* dst, const int32_t* runs, int64_t r, cudaStream_t stream);
-// Backend::fill_row_addresses: runs [r, 4] I64.
-void launch_fill_row_addresses(int64_t* dst, const int64_t* runs, int64_t r, cudaStream_t stream);
+// Backend::fill_index_ranges: dst [n] I32, runs [r, 5] I32; entries a run puts outside dst are not written.
+void launch_fill_index_ranges(int32_t* dst, int64_t n, const int32_t* runs, int64_t r, cudaStream_t stream);
+// Backend::fill_row_addresses: dst [n] I64, runs [r, 4] I64; likewise.
+void launch_fill_row_addresses(int64_t* dst, int64_t n, const int64_t* runs, int64_t r, cudaStream_t stream);
 void launch_add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void launch_scale(float* x, float s, int64_t n, cudaStream_t stream);
 void launch_moe_combine(float* out, const float* routed, const float* weights, const float* shared, int64_t t,

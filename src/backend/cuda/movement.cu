@@ -45,21 +45,25 @@ void launch_copy_rows(float* const* rows, float* packed, int64_t r, int64_t c, c
 }
 
 // One block per row of runs [R, 5] = (at, a, na, b, nb).
-__global__ void fill_index_ranges_kernel(int32_t* __restrict__ dst, const int32_t* __restrict__ runs) {
+// Entries a run would write outside dst [0, n) are skipped (the CPU backend reports such runs as errors; on the device
+// the runs are not read by the host, so an out-of-range one must at least not write over other memory).
+__global__ void fill_index_ranges_kernel(int32_t* __restrict__ dst, int64_t n, const int32_t* __restrict__ runs) {
     pdl_prologue();  // see pdl.cuh
     const int64_t q = blockIdx.x;
     const int32_t* run = runs + 5 * q;
     const int64_t at = run[0], a = run[1], na = run[2], b = run[3], nb = run[4];
     for (int64_t i = threadIdx.x; i < na + nb; i += kCopyThreads)
-        dst[at + i] = static_cast<int32_t>(i < na ? a + i : b + (i - na));
+        if (at + i >= 0 && at + i < n) dst[at + i] = static_cast<int32_t>(i < na ? a + i : b + (i - na));
 }
 
 // One block per row of runs [R, 4] = (at, address, count, stride in bytes).
-__global__ void fill_row_addresses_kernel(int64_t* __restrict__ dst, const int64_t* __restrict__ runs) {
+// Entries outside dst [0, n) are skipped, as above.
+__global__ void fill_row_addresses_kernel(int64_t* __restrict__ dst, int64_t n, const int64_t* __restrict__ runs) {
     pdl_prologue();  // see pdl.cuh
     const int64_t* run = runs + 4 * static_cast<int64_t>(blockIdx.x);
     const int64_t at = run[0], address = run[1], count = run[2], stride = run[3];
-    for (int64_t i = threadIdx.x; i < count; i += kCopyThreads) dst[at + i] = address + i * stride;
+    for (int64_t i = threadIdx.x; i < count; i += kCopyThreads)
+        if (at + i >= 0 && at + i < n) dst[at + i] = address + i * stride;
 }
 
 __global__ void add_kernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
@@ -98,15 +102,15 @@ void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_
     launch_copy_rows<false>(rows, const_cast<float*>(src), r, c, stream);
 }
 
-void launch_fill_index_ranges(int32_t* dst, const int32_t* runs, int64_t r, cudaStream_t stream) {
+void launch_fill_index_ranges(int32_t* dst, int64_t n, const int32_t* runs, int64_t r, cudaStream_t stream) {
     if (r == 0) return;
-    launch_pdl(fill_index_ranges_kernel, row_grid(r), kCopyThreads, 0, stream, dst, runs);
+    launch_pdl(fill_index_ranges_kernel, row_grid(r), kCopyThreads, 0, stream, dst, n, runs);
     DI_CUDA_LAUNCH_CHECK();
 }
 
-void launch_fill_row_addresses(int64_t* dst, const int64_t* runs, int64_t r, cudaStream_t stream) {
+void launch_fill_row_addresses(int64_t* dst, int64_t n, const int64_t* runs, int64_t r, cudaStream_t stream) {
     if (r == 0) return;
-    launch_pdl(fill_row_addresses_kernel, row_grid(r), kCopyThreads, 0, stream, dst, runs);
+    launch_pdl(fill_row_addresses_kernel, row_grid(r), kCopyThreads, 0, stream, dst, n, runs);
     DI_CUDA_LAUNCH_CHECK();
 }
 
