@@ -122,39 +122,39 @@ TEST(CudaMovement, FillRowAddressesMatchesTheCpu) {
     expect_fill_matches_cpu(*cpu, *gpu, &Backend::fill_row_addresses, DType::kI64, init, runs, 4);
 }
 
+// A fill op over the first n entries of a buffer of n + guard entries, all -7 before; the whole buffer after.
+template <typename T>
+std::vector<T> fill_prefix(Backend& gpu, void (Backend::*fill)(TensorView, TensorView), DType dtype, int64_t n,
+                           int64_t guard, const std::vector<T>& runs, int64_t cols) {
+    const std::vector<T> init(static_cast<size_t>(n + guard), T{-7});
+    Tensor buf = gpu.alloc(dtype, Shape{n + guard});
+    Tensor runs_d = gpu.alloc(dtype, Shape{static_cast<int64_t>(runs.size()) / cols, cols});
+    gpu.upload(buf, init.data());
+    gpu.upload(runs_d, runs.data());
+    (gpu.*fill)(buf.view().slice_rows(0, n), runs_d);
+    std::vector<T> got(static_cast<size_t>(n + guard));
+    gpu.download(got.data(), buf);
+    return got;
+}
+
 // Runs reaching outside dst (past its end, before its start) write only their entries inside it: dst is the first
 // 100 entries of a 164-entry buffer whose last 64 (and the entries the runs leave alone) must keep their values.
 TEST(CudaMovement, FillRunsOutsideTheTargetWriteNothingThere) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     auto gpu = create_backend("cuda", 2);
     const int64_t n = 100, guard = 64;
-    {
-        std::vector<int32_t> init(n + guard, -7);
-        const std::vector<int32_t> runs = {90, 1000, 8, 2000, 8, -3, 500, 5, 0, 0};  // [90, 106) and [-3, 2)
-        Tensor buf = gpu->alloc(DType::kI32, Shape{n + guard}), runs_d = gpu->alloc(DType::kI32, Shape{2, 5});
-        gpu->upload(buf, init.data());
-        gpu->upload(runs_d, runs.data());
-        gpu->fill_index_ranges(buf.view().slice_rows(0, n), runs_d);
-        std::vector<int32_t> got(n + guard);
-        gpu->download(got.data(), buf);
-        for (int64_t i = 0; i < n + guard; ++i) {
-            const int32_t want = i < 2 ? 503 + static_cast<int32_t>(i) : i >= 90 && i < 98 ? 910 + static_cast<int32_t>(i)
-                                 : i >= 98 && i < n ? 1902 + static_cast<int32_t>(i) : -7;
-            ASSERT_EQ(got[i], want) << "entry " << i;
-        }
+    // [90, 106) and [-3, 2).
+    const std::vector<int32_t> ranges =
+        fill_prefix<int32_t>(*gpu, &Backend::fill_index_ranges, DType::kI32, n, guard, {90, 1000, 8, 2000, 8, -3, 500, 5, 0, 0}, 5);
+    for (int64_t i = 0; i < n + guard; ++i) {
+        const int64_t want = i < 2 ? 503 + i : i >= 90 && i < 98 ? 910 + i : i >= 98 && i < n ? 1902 + i : -7;
+        ASSERT_EQ(ranges[i], want) << "entry " << i;
     }
-    {
-        std::vector<int64_t> init(n + guard, -7);
-        const std::vector<int64_t> runs = {95, 4096, 20, 16};  // [95, 115)
-        Tensor buf = gpu->alloc(DType::kI64, Shape{n + guard}), runs_d = gpu->alloc(DType::kI64, Shape{1, 4});
-        gpu->upload(buf, init.data());
-        gpu->upload(runs_d, runs.data());
-        gpu->fill_row_addresses(buf.view().slice_rows(0, n), runs_d);
-        std::vector<int64_t> got(n + guard);
-        gpu->download(got.data(), buf);
-        for (int64_t i = 0; i < n + guard; ++i)
-            ASSERT_EQ(got[i], i >= 95 && i < n ? 4096 + 16 * (i - 95) : -7) << "entry " << i;
-    }
+    // [95, 115).
+    const std::vector<int64_t> addresses =
+        fill_prefix<int64_t>(*gpu, &Backend::fill_row_addresses, DType::kI64, n, guard, {95, 4096, 20, 16}, 4);
+    for (int64_t i = 0; i < n + guard; ++i)
+        ASSERT_EQ(addresses[i], i >= 95 && i < n ? 4096 + 16 * (i - 95) : -7) << "entry " << i;
 }
 
 // download_async: the bytes of the work queued before it, in dst once wait_downloads returns, whatever is queued
