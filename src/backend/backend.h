@@ -185,8 +185,9 @@ public:
     virtual void fill_index_ranges(TensorView dst, TensorView runs) = 0;
     // Row addresses from runs of equally spaced rows: for each row of runs [R, 4] I64 = (at, address, count,
     // stride in bytes), dst[at + i] = address + i * stride for i < count. Other entries of dst (I64) are not
-    // written; a run reaching outside dst as for fill_index_ranges. A sequence's key rows (its window ring, the step's rows, its paged entries) are a few runs, so the
-    // host stages a few numbers a run instead of an address a row.
+    // written; a run reaching outside dst as for fill_index_ranges. A sequence's key rows (its window ring, the
+    // step's rows, its paged entries) are a few runs, so the host stages a few numbers a run instead of an address a
+    // row.
     virtual void fill_row_addresses(TensorView dst, TensorView runs) = 0;
     // Greedy token selection: ids[r] = the index of the largest logit of row r of logits [R, V], the lowest
     // index on ties, NaN entries ignored; -1 when the row's first logit is NaN or no logit exceeds -inf (the

@@ -144,8 +144,8 @@ TEST(CudaMovement, FillRunsOutsideTheTargetWriteNothingThere) {
     auto gpu = create_backend("cuda", 2);
     const int64_t n = 100, guard = 64;
     // [90, 106) and [-3, 2).
-    const std::vector<int32_t> ranges =
-        fill_prefix<int32_t>(*gpu, &Backend::fill_index_ranges, DType::kI32, n, guard, {90, 1000, 8, 2000, 8, -3, 500, 5, 0, 0}, 5);
+    const std::vector<int32_t> ranges = fill_prefix<int32_t>(*gpu, &Backend::fill_index_ranges, DType::kI32, n, guard,
+                                                             {90, 1000, 8, 2000, 8, -3, 500, 5, 0, 0}, 5);
     for (int64_t i = 0; i < n + guard; ++i) {
         const int64_t want = i < 2 ? 503 + i : i >= 90 && i < 98 ? 910 + i : i >= 98 && i < n ? 1902 + i : -7;
         ASSERT_EQ(ranges[i], want) << "entry " << i;

@@ -6,7 +6,6 @@ namespace deepinfer::cuda {
 
 namespace {
 
-// A row's float4s i = first + u * step (u < V, i < n4) in registers; returns their sum of squares.
 // The sum of squares of v's floats, in the order every RMSNorm kernel here takes (one expression, so that the
 // compiler contracts it alike everywhere).
 template <int V>
@@ -17,6 +16,7 @@ __device__ __forceinline__ float sum_squares(const float4 (&v)[V]) {
     return ss;
 }
 
+// A row's float4s i = first + u * step (u < V, i < n4) in registers; returns their sum of squares.
 template <int V>
 __device__ __forceinline__ float load_row(float4 (&v)[V], const float4* __restrict__ xr, int first, int step, int n4) {
 #pragma unroll
