@@ -135,13 +135,6 @@ Matrix make_matrix(const Case& c, uint32_t seed) {
     return m;
 }
 
-// One call of the product: a plain linear, or one launch per group as the CUDA backend's grouped_linear does.
-template <typename Launch>
-void run_case(const Case& c, const WeightDesc& d, float* out, const float* x, int rows, Launch launch) {
-    const int64_t r = c.n / c.groups;
-    for (int g = 0; g < c.groups; ++g) launch(out + g * r, c.n, x + g * c.k, c.groups * c.k, rows, d, g * r, r);
-}
-
 // The same groups as the jobs of one launch (the backend's GEMV launches: Backend::linears, grouped_linear).
 std::vector<GemvJob> case_jobs(const Case& c, const WeightDesc& d, float* out, const float* x) {
     const int64_t r = c.n / c.groups;
@@ -169,14 +162,6 @@ std::string shape_label(int64_t n, int64_t k) {
     char s[48];
     std::snprintf(s, sizeof s, "[%lld x %lld]", static_cast<long long>(n), static_cast<long long>(k));
     return s;
-}
-
-template <typename Launch>
-double time_us(const Case& c, const std::vector<Matrix>& copies, float* out, const float* x, int rows, int iters,
-               Launch launch) {
-    auto call = [&](int i) { run_case(c, copies[i % copies.size()].d, out, x, rows, launch); };
-    for (int i = 0; i < 10; ++i) call(i);
-    return deepinfer::bench::mean_call_us(iters, call);
 }
 
 std::vector<float> download(const float* p, int64_t n) {
@@ -562,9 +547,11 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&out_wgmma, max_out * 4));
     fill_device(x, max_x * 4, 0, 7);
 
-    auto fp32_kernel = [](float* o, int64_t ldc, const float* xx, int64_t lda, int rows, const WeightDesc& d,
-                          int64_t row0, int64_t n) { launch_gemv(o, ldc, xx, lda, rows, d, row0, n, nullptr); };
-    // The tensor-core GEMVs (mma.sync or wgmma) with the groups sharing one launch, as the backend runs them.
+    // Every GEMV with a case's groups sharing one launch, as the backend runs them (Backend::grouped_linear).
+    auto fp32_call = [&](const Case& c, const WeightDesc& d, int rows) {
+        const std::vector<GemvJob> jobs = case_jobs(c, d, out_fp32, x);
+        launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
+    };
     auto tc_call = [&](const Case& c, const WeightDesc& d, int rows) {
         const std::vector<GemvJob> jobs = case_jobs(c, d, out_tc, x);
         launch_gemv_tc_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
@@ -591,7 +578,7 @@ int main(int argc, char** argv) {
         // relative difference from the fp32 one: bf16 activations, ~1e-3 expected).
         for (int rows : {1, 8}) {
             if (!gemv_applies(rows, copies[0].d)) continue;
-            print(rows, "fp32", time_us(c, copies, out_fp32, x, rows, iters, fp32_kernel));
+            print(rows, "fp32", time_jobs(launch_gemv_jobs, c, copies, out_fp32, x, rows, iters));
             std::printf("\n");
         }
         double tc_us[33] = {};
@@ -603,7 +590,7 @@ int main(int argc, char** argv) {
             print(rows, "tc", tc_us[rows]);
             if (rows == 8 && gemv_applies(rows, copies[0].d)) {
                 const int64_t n_out = rows * c.n;
-                run_case(c, copies[0].d, out_fp32, x, rows, fp32_kernel);
+                fp32_call(c, copies[0].d, rows);
                 tc_call(c, copies[0].d, rows);
                 std::printf(" %9.1e", rel_diff(out_tc, out_fp32, n_out));
             }
