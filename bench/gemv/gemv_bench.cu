@@ -146,13 +146,16 @@ std::vector<GemvJob> case_jobs(const Case& c, const WeightDesc& d, float* out, c
 // A GEMV's jobs launcher (launch_gemv_jobs, launch_gemv_tc_jobs, launch_gemv_wgmma_jobs).
 using JobsLaunch = void (*)(const GemvJob*, int, int64_t, cudaStream_t);
 
+// One call of the case's jobs (weight d) on `launch`.
+void run_jobs(JobsLaunch launch, const Case& c, const WeightDesc& d, float* out, const float* x, int rows) {
+    const std::vector<GemvJob> jobs = case_jobs(c, d, out, x);
+    launch(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
+}
+
 // Mean us a call of the case's jobs on `launch`, rotating through its weight copies, after 5 warm-up calls.
 double time_jobs(JobsLaunch launch, const Case& c, const std::vector<Matrix>& copies, float* out, const float* x,
                  int rows, int iters) {
-    auto call = [&](int i) {
-        const std::vector<GemvJob> jobs = case_jobs(c, copies[i % copies.size()].d, out, x);
-        launch(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
-    };
+    auto call = [&](int i) { run_jobs(launch, c, copies[i % copies.size()].d, out, x, rows); };
     for (int i = 0; i < 5; ++i) call(i);
     return deepinfer::bench::mean_call_us(iters, call);
 }
@@ -547,20 +550,7 @@ int main(int argc, char** argv) {
     CHECK(cudaMalloc(&out_wgmma, max_out * 4));
     fill_device(x, max_x * 4, 0, 7);
 
-    // Every GEMV with a case's groups sharing one launch, as the backend runs them (Backend::grouped_linear).
-    auto fp32_call = [&](const Case& c, const WeightDesc& d, int rows) {
-        const std::vector<GemvJob> jobs = case_jobs(c, d, out_fp32, x);
-        launch_gemv_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
-    };
-    auto tc_call = [&](const Case& c, const WeightDesc& d, int rows) {
-        const std::vector<GemvJob> jobs = case_jobs(c, d, out_tc, x);
-        launch_gemv_tc_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
-    };
-    auto wgmma_call = [&](const Case& c, const WeightDesc& d, int rows) {
-        const std::vector<GemvJob> jobs = case_jobs(c, d, out_wgmma, x);
-        launch_gemv_wgmma_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, nullptr);
-    };
-
+    // Every GEMV runs a case's groups in one launch, as the backend does (Backend::grouped_linear).
     if (gemv)
         std::printf("%-18s %-9s %-14s %4s %-6s %10s %8s %7s %9s\n", "shape", "dtype", "[n x k]", "rows", "gemv",
                     "us/call", "GB/s", "% bw", "vs fp32/tc");
@@ -584,14 +574,12 @@ int main(int argc, char** argv) {
         double tc_us[33] = {};
         for (int rows : {8, 16, 32}) {
             if (!gemv_tc_applies(rows, copies[0].d)) continue;
-            auto call = [&](int i) { tc_call(c, copies[i % copies.size()].d, rows); };
-            for (int i = 0; i < 10; ++i) call(i);
-            tc_us[rows] = deepinfer::bench::mean_call_us(iters, call);
+            tc_us[rows] = time_jobs(launch_gemv_tc_jobs, c, copies, out_tc, x, rows, iters);
             print(rows, "tc", tc_us[rows]);
             if (rows == 8 && gemv_applies(rows, copies[0].d)) {
                 const int64_t n_out = rows * c.n;
-                fp32_call(c, copies[0].d, rows);
-                tc_call(c, copies[0].d, rows);
+                run_jobs(launch_gemv_jobs, c, copies[0].d, out_fp32, x, rows);
+                run_jobs(launch_gemv_tc_jobs, c, copies[0].d, out_tc, x, rows);
                 std::printf(" %9.1e", rel_diff(out_tc, out_fp32, n_out));
             }
             std::printf("\n");
@@ -601,13 +589,11 @@ int main(int argc, char** argv) {
         // own.
         for (int rows : {8, 16, 32}) {
             if (!gemv_wgmma_applies(rows, copies[0].d)) continue;
-            auto call = [&](int i) { wgmma_call(c, copies[i % copies.size()].d, rows); };
-            for (int i = 0; i < 10; ++i) call(i);
-            const double us = deepinfer::bench::mean_call_us(iters, call);
+            const double us = time_jobs(launch_gemv_wgmma_jobs, c, copies, out_wgmma, x, rows, iters);
             print(rows, "wgmma", us);
             if (tc_us[rows] > 0) {
-                tc_call(c, copies[0].d, rows);
-                wgmma_call(c, copies[0].d, rows);
+                run_jobs(launch_gemv_tc_jobs, c, copies[0].d, out_tc, x, rows);
+                run_jobs(launch_gemv_wgmma_jobs, c, copies[0].d, out_wgmma, x, rows);
                 std::printf(" %9.1e %6.2fx", rel_diff(out_wgmma, out_tc, rows * c.n), tc_us[rows] / us);
             }
             std::printf("\n");

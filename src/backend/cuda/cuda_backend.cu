@@ -247,7 +247,7 @@ public:
             std::vector<cuda::GemvJob> jobs;
             for (int g = 0; g < groups; ++g)
                 jobs.push_back({out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, d, g * r, r});
-            gemv_jobs(jobs, t);
+            gemv_jobs(jobs.data(), jobs.size(), t, main_lane_);
             return;
         }
         for (int g = 0; g < groups; ++g)
@@ -266,7 +266,7 @@ public:
             else
                 jobs.push_back({p.out.f32(), p.w->rows, x.f32(), p.w->cols, d, 0, p.w->rows});
         }
-        gemv_jobs(jobs, t);
+        gemv_jobs(jobs.data(), jobs.size(), t, main_lane_);
     }
     // The weight-streaming GEMV a product of `rows` rows takes, if any (else matmul()'s GEMM kernels).
     enum class Gemv { kNone, kFp32, kTc, kWgmma };
@@ -276,22 +276,24 @@ public:
         if (fp32_gemv(rows, d)) return Gemv::kFp32;
         return Gemv::kNone;
     }
-    // Products that each take a GEMV (gemv_for()): each run of consecutive jobs on one GEMV shares launches (the
-    // kernels group them further by weight kind and K).
-    void gemv_jobs(const std::vector<cuda::GemvJob>& jobs, int64_t t) {
-        for (size_t i = 0; i < jobs.size();) {
-            const Gemv g = gemv_for(t, jobs[i].w);
+    // Products that each take a GEMV (gemv_for()), on `lane`: each run of consecutive jobs on one GEMV shares
+    // launches (the kernels group them further by weight kind and K).
+    void gemv_jobs(const cuda::GemvJob* jobs, size_t count, int64_t t, cuda::Lane& lane) {
+        Gemv g = count ? gemv_for(t, jobs[0].w) : Gemv::kNone;
+        for (size_t i = 0; i < count;) {
             DI_ICHECK(g != Gemv::kNone, "gemv_jobs: a product no GEMV takes");
             size_t end = i + 1;
-            while (end < jobs.size() && gemv_for(t, jobs[end].w) == g) ++end;
+            Gemv next = Gemv::kNone;  // the kind of the job after the run
+            while (end < count && (next = gemv_for(t, jobs[end].w)) == g) ++end;
             const int n = static_cast<int>(end - i);
             if (g == Gemv::kFp32) {
-                const auto op = profiler_->scope(t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
-                cuda::launch_gemv_jobs(jobs.data() + i, n, t, stream_);
+                const auto op = scope(lane, t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
+                cuda::launch_gemv_jobs(jobs + i, n, t, lane.stream);
             } else {
-                tc_gemv_launch(jobs.data() + i, n, t, g == Gemv::kWgmma, main_lane_);
+                tc_gemv_launch(jobs + i, n, t, g == Gemv::kWgmma, lane);
             }
             i = end;
+            g = next;
         }
     }
     // The tensor-core GEMV's jobs on `lane`: the wgmma kernel (wgmma_gemv()) or the mma.sync one.
@@ -349,12 +351,9 @@ public:
                 const WeightDesc& d, int64_t w_row0, int64_t n_out) {
         const bool cublas = !batch_invariant_ && (gemm_mode_ == GemmMode::kCublas || wide_bf16_on_cublas(rows, d) ||
                                                   (gemm_mode_ == GemmMode::kAuto && rows >= cuda::kCublasMinRows));
-        if (const Gemv g = gemv_for(rows, d); g == Gemv::kTc || g == Gemv::kWgmma) {
+        if (gemv_for(rows, d) != Gemv::kNone) {
             const cuda::GemvJob job{out, ldc, x, lda, d, w_row0, n_out};
-            tc_gemv_launch(&job, 1, rows, g == Gemv::kWgmma, lane);
-        } else if (g == Gemv::kFp32) {
-            const auto op = scope(lane, rows == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
-            cuda::launch_gemv(out, ldc, x, lda, rows, d, w_row0, n_out, lane.stream);
+            gemv_jobs(&job, 1, rows, lane);
         } else if (gemm_mode_ == GemmMode::kTiled) {
             const auto op = scope(lane, "matmul tiled");
             cuda::launch_gemm(out, ldc, x, lda, rows, d, w_row0, n_out, lane.stream);

@@ -66,6 +66,11 @@ __device__ __forceinline__ float fp4e2m1_to_f32(uint8_t code) {
     return (code & 8) ? -v : v;
 }
 
+// acc + s * a, element by element (fmaf: the mHC collapse's arithmetic, shared by its kernels).
+__device__ __forceinline__ float4 fma4v(float s, const float4& a, const float4& acc) {
+    return make_float4(fmaf(s, a.x, acc.x), fmaf(s, a.y, acc.y), fmaf(s, a.z, acc.z), fmaf(s, a.w, acc.w));
+}
+
 // Sum over a block (blockDim.x a multiple of 32, <= 1024); every thread gets the result. Every thread of the
 // block must call it (it synchronizes the block).
 __device__ __forceinline__ float block_sum(float v) {

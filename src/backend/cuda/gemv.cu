@@ -373,10 +373,4 @@ void launch_gemv_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t
                            [&](const GemvJob* first, int n) { launch_segments(first, n, rows, stream); });
 }
 
-void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
-                 int64_t w_row0, int64_t n_out, cudaStream_t stream) {
-    const GemvJob job{out, ldc, x, lda, w, w_row0, n_out};
-    launch_gemv_jobs(&job, 1, rows, stream);
-}
-
 }  // namespace deepinfer::cuda

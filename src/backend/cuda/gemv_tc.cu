@@ -414,10 +414,4 @@ void launch_gemv_tc_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStrea
                            [&](const GemvJob* first, int n) { launch_jobs(first, n, rows, stream); });
 }
 
-void launch_gemv_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
-                    int64_t w_row0, int64_t n_out, cudaStream_t stream) {
-    const GemvJob job{out, ldc, x, lda, w, w_row0, n_out};
-    launch_gemv_tc_jobs(&job, 1, rows, stream);
-}
-
 }  // namespace deepinfer::cuda

@@ -337,10 +337,6 @@ unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + 
 constexpr int kHcVecThreads = 256;
 constexpr unsigned kHcMaxGridY = 65535;
 
-__device__ __forceinline__ float4 fma4v(float s, const float4& a, const float4& acc) {
-    return make_float4(fmaf(s, a.x, acc.x), fmaf(s, a.y, acc.y), fmaf(s, a.z, acc.z), fmaf(s, a.w, acc.w));
-}
-
 __global__ void __launch_bounds__(kHcVecThreads)
     hc_collapse_vec_kernel(float4* __restrict__ out, const float4* __restrict__ streams, const float* __restrict__ pre,
                            int64_t rows, int n, int64_t d4) {

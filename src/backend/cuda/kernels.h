@@ -67,10 +67,8 @@ void launch_dequantize_bf16(uint16_t* dst, int64_t ld, const WeightDesc& w, int6
 // chunks per scale block, and K short enough for an eighth of the activation rows to fit in shared memory.
 constexpr int kGemvMaxRows = 8;
 bool gemv_applies(int64_t rows, const WeightDesc& w);
-void launch_gemv(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
-                 int64_t w_row0, int64_t n_out, cudaStream_t stream);
-// Several such products of the same row count (each gemv_applies()), consecutive ones of one weight kind and
-// K sharing a launch: the projections of one input, or the groups of a grouped linear.
+// Such products of one row count (each gemv_applies()) as jobs, consecutive ones of one weight kind and K sharing a
+// launch: a single product, the projections of one input, or the groups of a grouped linear.
 struct GemvJob {
     float* out;  // [rows, ldc] f32
     int64_t ldc;
@@ -88,9 +86,7 @@ bool set_gemv_split(int rows_per_group, int cluster);
 // of the tensor-core GEMM). Applies when K is whole blocks of 4 16-byte chunks, each chunk lies in one scale
 // block (FP4: one group per chunk), and K fits 8 staged slices (16,384 up to 16 rows, 8,192 above).
 bool gemv_tc_applies(int64_t rows, const WeightDesc& w);
-void launch_gemv_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
-                    int64_t w_row0, int64_t n_out, cudaStream_t stream);
-// Several of them (each gemv_tc_applies()), consecutive ones of one weight kind and K sharing a launch.
+// Such products (each gemv_tc_applies()) as jobs, consecutive ones of one weight kind and K sharing a launch.
 void launch_gemv_tc_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
 // The same products on Hopper wgmma for FP8 weights (gemv_wgmma.cu), with gemv_tc's numerics (bf16-rounded
 // activations, weights bf16(fp8 * scale), fp32 accumulation) but another summation order; deterministic (split-K

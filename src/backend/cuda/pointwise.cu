@@ -94,11 +94,7 @@ __global__ void __launch_bounds__(kNormThreads)
         const int i = threadIdx.x + u * kNormThreads;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
         if (i < n4) {
-            for (int j = 0; j < n; ++j) {
-                const float w = pre[r * n + j];
-                const float4 x = s[j * n4 + i];
-                acc = make_float4(fmaf(w, x.x, acc.x), fmaf(w, x.y, acc.y), fmaf(w, x.z, acc.z), fmaf(w, x.w, acc.w));
-            }
+            for (int j = 0; j < n; ++j) acc = fma4v(pre[r * n + j], s[j * n4 + i], acc);
         }
         v[u] = acc;
     }
