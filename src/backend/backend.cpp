@@ -83,4 +83,31 @@ void Backend::grouped_experts_rows(TensorView out_rows, TensorView in_rows, int6
     scatter_rows(out_rows, x);
 }
 
+void SideQueue::begin() {
+    DI_ICHECK(state_ == State::kIdle, "SideQueue::begin: the queue was already begun");
+    be_.side_begin();
+    state_ = State::kOpen;
+}
+
+void SideQueue::end() {
+    DI_ICHECK(state_ == State::kOpen, "SideQueue::end: the queue is not open");
+    be_.side_end();
+    state_ = State::kEnded;
+}
+
+void SideQueue::join() {
+    DI_ICHECK(state_ == State::kEnded, "SideQueue::join: the queue was not ended");
+    be_.side_join();
+    state_ = State::kJoined;
+}
+
+SideQueue::~SideQueue() {
+    // Only after an exception: the step has failed, so a second error here is dropped (a destructor must not throw).
+    try {
+        if (state_ == State::kOpen) be_.side_end(), state_ = State::kEnded;
+        if (state_ == State::kEnded) be_.side_join();
+    } catch (...) {
+    }
+}
+
 }  // namespace deepinfer

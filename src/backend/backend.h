@@ -77,6 +77,15 @@ public:
     // rows are processed together, so a sequence's results are bitwise identical alone or in any batch.
     virtual void set_batch_invariant(bool on) = 0;
     virtual bool batch_invariant() const = 0;
+    // A side queue for independent work. The ops issued between side_begin() and side_end() start after every op
+    // issued before side_begin() and may run alongside the ops issued after side_end(); the ops issued after
+    // side_join() start once the side queue's are done. Until side_join(), neither side may write what the other
+    // reads or writes, and what the side ops use must stay allocated; the side queue takes no uploads or
+    // downloads. Results do not depend on the overlap (each op's arithmetic is its own). Backends that run one op
+    // at a time take the calls as no-ops. SideQueue (below) pairs them, also when an op throws.
+    virtual void side_begin() {}
+    virtual void side_end() {}
+    virtual void side_join() {}
 
     // out [T, N] = x [T, K] . W^T, W [N, K] in any stored format.
     virtual void linear(TensorView out, TensorView x, const LinearWeight& w) = 0;
@@ -280,5 +289,24 @@ Tensor to_backend(Backend& backend, TensorView host);
 // "cpu" (default) or "cuda" when built with it; throws Error naming the choices otherwise. Batch-invariant
 // mode starts on when DEEPINFER_BATCH_INVARIANT=1.
 std::unique_ptr<Backend> create_backend(const std::string& device, int num_threads = 0);
+
+// Issues the ops between begin() and end() on the backend's side queue; join() makes the ops after it wait for
+// them. Declared after the tensors the side ops use, its destructor (which ends and joins a queue left open by
+// an exception) runs before theirs, so their memory is never released while the side queue may still use it.
+class SideQueue {
+public:
+    explicit SideQueue(Backend& be) : be_(be) {}
+    ~SideQueue();
+    SideQueue(const SideQueue&) = delete;
+    SideQueue& operator=(const SideQueue&) = delete;
+    void begin();
+    void end();
+    void join();
+
+private:
+    enum class State { kIdle, kOpen, kEnded, kJoined };
+    Backend& be_;
+    State state_ = State::kIdle;
+};
 
 }  // namespace deepinfer

@@ -9,10 +9,12 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/block_cache.h"
 #include "backend/cuda/experts_wgmma.h"
 #include "backend/cuda/gemm_policy.h"
 #include "backend/cuda/kernels.h"
@@ -128,6 +130,16 @@ public:
         DI_CHECK(gemv_mode == "wgmma" || gemv_mode == "tc", "DEEPINFER_CUDA_DECODE_GEMV must be wgmma or tc, not '",
                  gemv_mode, "'");
         decode_gemv_wgmma_ = gemv_mode == "wgmma";
+        // DEEPINFER_CUDA_BLOCK_CACHE_MB: how much freed tensor memory the host-side block cache keeps for reuse
+        // (default 1024; 0: every alloc and free goes to the stream-ordered allocator).
+        size_t cache_mb = 1024;
+        if (const char* mb = std::getenv("DEEPINFER_CUDA_BLOCK_CACHE_MB"); mb && *mb) {
+            char* end = nullptr;
+            const long long v = std::strtoll(mb, &end, 10);
+            DI_CHECK(*end == '\0' && v >= 0 && v <= (1 << 20),
+                     "DEEPINFER_CUDA_BLOCK_CACHE_MB must be 0 to 1048576, not '", mb, "'");
+            cache_mb = static_cast<size_t>(v);
+        }
         DI_CUDA_CHECK(cudaSetDevice(device_));
         DI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
         main_lane_.device = device_;
@@ -142,14 +154,21 @@ public:
         staging_ = static_cast<uint8_t*>(staging);
         DI_CUDA_CHECK(cudaEventCreateWithFlags(&downloads_done_, cudaEventDisableTiming));
         profiler_ = std::make_unique<cuda::OpProfiler>(stream_);
+        blocks_ = new cuda::BlockCache(cache_mb << 20, kCachedBlockMax);  // detached, not deleted, by ~CudaBackend
+        blocks_->set_current_stream(&stream_);
     }
     ~CudaBackend() override {
+        side_fork_.reset();  // joins a side queue left forked
+        stream_ = main_lane_.stream, lane_ = &main_lane_;
         cudaStreamSynchronize(stream_);
+        blocks_->release_all();  // while the side streams the blocks were freed on exist
+        side_.reset();
         expert_lanes_.reset();      // joined into stream_: idle
         main_lane_.cublas.reset();  // before its stream goes
         expert_tables_.clear();     // their memory goes back on the stream
         wgmma_tables_.clear();
         cudaStreamSynchronize(stream_);
+        cuda::BlockCache::detach(blocks_);  // tensors still alive (a model's weights) free themselves later
         profiler_.reset();
         cudaStreamDestroy(stream_);
         cudaFreeHost(staging_);
@@ -166,16 +185,16 @@ public:
 
     Tensor alloc(DType dtype, Shape shape) override {
         const size_t bytes = std::max<size_t>(TensorView(nullptr, dtype, shape).nbytes(), 1);
-        void* p = nullptr;
         const auto host = profiler_->host_scope("alloc (between ops)");
-        DI_CUDA_CHECK(cudaMallocAsync(&p, bytes, stream_));
-        return Tensor::adopt(p, dtype, shape, &release, this);
+        void* p = blocks_->take(bytes, stream_);
+        return Tensor::adopt(p, dtype, shape, &cuda::BlockCache::release, blocks_);
     }
     // Small uploads (the per-step index arrays) are copied into a pinned staging arena and queued without
     // waiting, so they overlap the kernels already queued; the arena is recycled whenever the stream has
     // drained. Large ones (weights) go straight from the caller's memory and are waited for. Either way
     // the caller may reuse src as soon as this returns.
     void upload(TensorView dst, const void* src) override {
+        DI_ICHECK(!side_open_, "upload: not on the side queue");
         const size_t n = dst.nbytes();
         if (n == 0) return;
         std::lock_guard<std::mutex> lock(staging_mu_);
@@ -192,6 +211,7 @@ public:
         DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), p, n, cudaMemcpyHostToDevice, stream_));
     }
     void download(void* dst, TensorView src) override {
+        DI_ICHECK(!side_open_, "download: not on the side queue");
         {
             std::lock_guard<std::mutex> lock(staging_mu_);
             const auto op = profiler_->scope("download");
@@ -201,6 +221,7 @@ public:
     }
     // Copies into a pinned buffer (so the copy is asynchronous), moved to dst by wait_downloads().
     void download_async(void* dst, TensorView src) override {
+        DI_ICHECK(!side_open_, "download_async: not on the side queue");
         const size_t n = src.nbytes();
         if (n == 0) return;
         std::lock_guard<std::mutex> lock(staging_mu_);
@@ -223,6 +244,29 @@ public:
         std::lock_guard<std::mutex> lock(staging_mu_);
         finish_downloads_locked();
     }
+    // The side queue (Backend::side_begin): while it is open, stream_ and lane_ are its lane's, so that every op
+    // issues there as it would on the main stream; it forks from the main stream's work so far and joins back
+    // with an event. With the profiler on, the ops stay on the main stream (its per-op times assume one queue).
+    void side_begin() override {
+        DI_ICHECK(!side_open_ && !side_fork_, "side_begin: a side queue is open or not joined");
+        side_open_ = true;
+        if (profiler_->enabled()) return;
+        if (!side_) side_ = std::make_unique<cuda::SideLanes>(device_, 1);
+        side_fork_.emplace(*side_, stream_, 1);
+        lane_ = &(*side_)[0];
+        stream_ = lane_->stream;
+    }
+    void side_end() override {
+        DI_ICHECK(side_open_, "side_end: no side queue is open");
+        side_open_ = false;
+        lane_ = &main_lane_;
+        stream_ = main_lane_.stream;
+    }
+    void side_join() override {
+        DI_ICHECK(!side_open_, "side_join: the side queue is still open");
+        if (side_fork_) side_fork_->join();
+        side_fork_.reset();
+    }
     void synchronize() override {
         std::lock_guard<std::mutex> lock(staging_mu_);
         drain_locked();
@@ -233,7 +277,7 @@ public:
         return profiler_->take_report();
     }
 
-    void linear(TensorView out, TensorView x, const LinearWeight& w) override { linear_on(main_lane_, out, x, w); }
+    void linear(TensorView out, TensorView x, const LinearWeight& w) override { linear_on(*lane_, out, x, w); }
     void linear_on(cuda::Lane& lane, TensorView out, TensorView x, const LinearWeight& w) {
         const int64_t t = x.dim(0);
         DI_ICHECK(x.ndim() == 2 && x.dim(1) == w.cols && out.numel() == t * w.rows, "linear ", w.name);
@@ -247,11 +291,11 @@ public:
             std::vector<cuda::GemvJob> jobs;
             for (int g = 0; g < groups; ++g)
                 jobs.push_back({out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, d, g * r, r});
-            gemv_jobs(jobs.data(), jobs.size(), t, main_lane_);
+            gemv_jobs(jobs.data(), jobs.size(), t, *lane_);
             return;
         }
         for (int g = 0; g < groups; ++g)
-            matmul(main_lane_, out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
+            matmul(*lane_, out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
     }
     // The projections a GEMV takes share its launches (gemv_jobs()); the others run as linear() runs them.
     void linears(TensorView x, const std::vector<Projection>& projections) override {
@@ -262,11 +306,11 @@ public:
                       p.w->name);
             const WeightDesc d = cuda::describe_weight(*p.w);
             if (gemv_for(t, d) == Gemv::kNone)
-                matmul(main_lane_, p.out.f32(), p.w->rows, x.f32(), p.w->cols, t, d, 0, p.w->rows);
+                matmul(*lane_, p.out.f32(), p.w->rows, x.f32(), p.w->cols, t, d, 0, p.w->rows);
             else
                 jobs.push_back({p.out.f32(), p.w->rows, x.f32(), p.w->cols, d, 0, p.w->rows});
         }
-        gemv_jobs(jobs.data(), jobs.size(), t, main_lane_);
+        gemv_jobs(jobs.data(), jobs.size(), t, *lane_);
     }
     // The weight-streaming GEMV a product of `rows` rows takes, if any (else matmul()'s GEMM kernels).
     enum class Gemv { kNone, kFp32, kTc, kWgmma };
@@ -713,6 +757,7 @@ public:
 
 private:
     static constexpr size_t kStagingBytes = size_t{32} << 20;
+    static constexpr size_t kCachedBlockMax = size_t{256} << 20;  // larger tensors (prefill's) are not cached
     // grouped_experts' side lanes. One prefill expert's product is a small grid (V4-Flash at 16K tokens: ~384 rows
     // x 2048 outputs, a few dozen blocks for 132 SMs), so experts one at a time leave most SMs idle; four at once
     // bring about one wave. More lanes would mostly add memory (a 32 MiB cuBLAS workspace and a chain's scratch
@@ -832,19 +877,15 @@ private:
     }
 
     void drain_locked() {
+        if (side_fork_) DI_CUDA_CHECK(cudaStreamSynchronize((*side_)[0].stream));  // forked, not yet joined
         DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
         staging_used_ = 0;
         profiler_->collect();
     }
 
-    static void release(void* context, void* data) {
-        CudaBackend* be = static_cast<CudaBackend*>(context);
-        const auto host = be->profiler_->host_scope("free (between ops)");
-        cudaFreeAsync(data, be->stream_);
-    }
-
     int device_;
-    cudaStream_t stream_ = nullptr;
+    cudaStream_t stream_ = nullptr;       // where ops (and frees) issue: lane_'s stream
+    cuda::BlockCache* blocks_ = nullptr;  // alloc()'s memory: frees onto stream_ (see BlockCache::release)
     std::mutex staging_mu_;
     uint8_t* staging_ = nullptr;  // pinned, kStagingBytes
     std::unique_ptr<cuda::OpProfiler> profiler_;
@@ -863,7 +904,11 @@ private:
     bool batch_invariant_ = false;
     enum class GemmMode { kAuto, kCublas, kTc, kTiled };
     GemmMode gemm_mode_ = GemmMode::kAuto;  // products the GEMV does not take (see matmul())
-    cuda::Lane main_lane_;                  // stream_ and its cuBLAS handle
+    cuda::Lane main_lane_;                  // the main stream and its cuBLAS handle
+    cuda::Lane* lane_ = &main_lane_;        // where ops issue: the main lane, or the side queue's while it is open
+    std::unique_ptr<cuda::SideLanes> side_;           // the side queue's lane, created on its first use
+    std::optional<cuda::SideLanes::Fork> side_fork_;  // forked by side_begin, joined by side_join
+    bool side_open_ = false;
     int expert_lanes_count_ = kExpertLanes;
     std::unique_ptr<cuda::SideLanes> expert_lanes_;  // grouped_experts' lanes, created on its first use
     std::unordered_map<const LinearWeight*, ExpertTable> expert_tables_;
