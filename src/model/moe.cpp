@@ -57,6 +57,18 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     if (T == 0) return;
     const bool host = be.is_host(), hash = !w.tid2eid.empty();
 
+    // Shared expert over every row, on the side queue: it needs no routing, so it runs alongside the router and
+    // the routed experts, whose decode kernels leave SMs and HBM bandwidth unused. Its tensors come from the main
+    // queue before the fork, and `side`, declared after them, joins the queue before they are freed.
+    Tensor g = be.alloc(DType::kF32, Shape{T, w.shared_inter}), u = be.alloc(DType::kF32, Shape{T, w.shared_inter});
+    Tensor shared = be.alloc(DType::kF32, Shape{T, D});
+    SideQueue side(be);
+    side.begin();
+    be.linears(xn, {{g, &w.shared.w1}, {u, &w.shared.w3}});
+    be.swiglu(g, g, u, p.swiglu_limit);
+    be.linear(shared, g, w.shared.w2);
+    side.end();
+
     // Routing from the router's logits: experts [T, K] from tid2eid (hash) or the top-k of scores + bias, with
     // their weights, each row's slots in ascending expert order.
     Tensor router = be.alloc(DType::kF32, Shape{T, E});
@@ -83,8 +95,8 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     }
 
     // Routed experts: their outputs land in the rows' slots of `routed` [T * K, D]. Prefill-sized steps (see
-    // below) need the expert ids on the host: their copy is queued here, and the host waits for it only after
-    // queueing the shared expert, which the device then runs while the host groups the slots.
+    // below) need the expert ids on the host: their copy is queued here, and the device runs the shared expert
+    // and the router while the host groups the slots.
     Tensor routed = be.alloc(DType::kF32, Shape{T * K, D});
     const bool on_device = host || (!be.batch_invariant() && T * K <= kMoeDeviceSlots);
     Tensor ids;
@@ -92,13 +104,6 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
         ids = Tensor(DType::kI32, Shape{T, K});
         be.download_async(ids.view().data(), expert);
     }
-
-    // Shared expert over every row.
-    Tensor g = be.alloc(DType::kF32, Shape{T, w.shared_inter}), u = be.alloc(DType::kF32, Shape{T, w.shared_inter});
-    be.linears(xn, {{g, &w.shared.w1}, {u, &w.shared.w3}});
-    be.swiglu(g, g, u, p.swiglu_limit);
-    Tensor shared = be.alloc(DType::kF32, Shape{T, D});
-    be.linear(shared, g, w.shared.w2);
 
     if (on_device) {
         // Slot (t, k) reads token row t; no host synchronisation.
@@ -129,6 +134,7 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     }
 
     // The weighted routed outputs over the shared expert's.
+    side.join();
     be.moe_combine(out, routed, weight, shared);
 }
 

@@ -376,22 +376,27 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         from_x.push_back({iw, &L.indexer.weights_proj});
     }
     be.linears(xn, from_x);
+
+    // The queries on the side queue: nothing until the indexer's scores (or the attention) reads them, so their
+    // projection overlaps the K=V row, the compressors and the key lists below. `side` is declared after the
+    // tensors its ops use, so it joins before they are freed.
+    Tensor q = alloc(Shape{T, H, d});
+    if (L.has_indexer) iq = alloc(Shape{T, hi, di});
+    SideQueue side(be);
+    side.begin();
     be.rms_norm(cq, cq, L.q_norm.f32(), c.rms_eps);
     // Queries: from the normed latent, per-head unweighted RMS, RoPE on the last dims.
-    Tensor q = alloc(Shape{T, H, d});
     std::vector<Backend::Projection> from_cq = {{q.view().reshape(Shape{T, H * d}), &L.wq_b}};
-    if (L.has_indexer) {
-        iq = alloc(Shape{T, hi, di});
-        from_cq.push_back({iq.view().reshape(Shape{T, hi * di}), &L.indexer.wq_b});
-    }
+    if (L.has_indexer) from_cq.push_back({iq.view().reshape(Shape{T, hi * di}), &L.indexer.wq_b});
     be.linears(cq, from_cq);
     be.rms_norm_rope(q, nullptr, c.rms_eps, pos, inv_freq, rope.dim, af);
-    be.rms_norm_rope(kv, L.kv_norm.f32(), c.rms_eps, pos, inv_freq, rope.dim, af);
     if (L.has_indexer) {
         be.rope(iq, pos, compress_inv_freq_.f32(), c.compress_rope.dim,
                 static_cast<float>(c.compress_rope.attention_factor), false);
         be.scale(iw, 1.0f / std::sqrt(static_cast<float>(hi)));
     }
+    side.end();
+    be.rms_norm_rope(kv, L.kv_norm.f32(), c.rms_eps, pos, inv_freq, rope.dim, af);
 
     // Host side, for every sequence at once (one upload for the layer): the compressors' plans, each query's
     // key list over one key table that concatenates the sequences' tables (window rows before the step, the
@@ -490,6 +495,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     const TensorView row_addresses = arrays.view(row_addresses_h), row_runs = arrays.view(row_runs_h);
     be.fill_row_addresses(row_addresses, row_runs.reshape(Shape{row_runs.numel() / 4, 4}));
     const TensorView key_rows = row_addresses.slice_rows(0, nk);
+    side.join();  // the queries
     if (!csa.empty()) {
         // The indexer scores each sequence's entries for its queries and fills their CSA slots with the top ones:
         // one call each over every row of the step, or for a single sequence the calls whose kernels stage each
