@@ -878,7 +878,7 @@ private:
 
     void drain_locked() {
         if (side_fork_) DI_CUDA_CHECK(cudaStreamSynchronize((*side_)[0].stream));  // forked, not yet joined
-        DI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        DI_CUDA_CHECK(cudaStreamSynchronize(main_lane_.stream));                   // stream_ may be the side's
         staging_used_ = 0;
         profiler_->collect();
     }
