@@ -159,7 +159,7 @@ public:
     }
     ~CudaBackend() override {
         side_fork_.reset();  // joins a side queue left forked
-        stream_ = main_lane_.stream, lane_ = &main_lane_;
+        use_lane(main_lane_);
         cudaStreamSynchronize(stream_);
         blocks_->release_all();  // while the side streams the blocks were freed on exist
         side_.reset();
@@ -253,14 +253,12 @@ public:
         if (profiler_->enabled()) return;
         if (!side_) side_ = std::make_unique<cuda::SideLanes>(device_, 1);
         side_fork_.emplace(*side_, stream_, 1);
-        lane_ = &(*side_)[0];
-        stream_ = lane_->stream;
+        use_lane((*side_)[0]);
     }
     void side_end() override {
         DI_ICHECK(side_open_, "side_end: no side queue is open");
         side_open_ = false;
-        lane_ = &main_lane_;
-        stream_ = main_lane_.stream;
+        use_lane(main_lane_);
     }
     void side_join() override {
         DI_ICHECK(!side_open_, "side_join: the side queue is still open");
@@ -874,6 +872,12 @@ private:
         for (const PendingDownload& d : pending_) std::memcpy(d.dst, d.src, d.n);
         pending_.clear();
         pending_used_ = 0;
+    }
+
+    // Ops issue on `lane` from now on (stream_ is always lane_'s stream).
+    void use_lane(cuda::Lane& lane) {
+        lane_ = &lane;
+        stream_ = lane.stream;
     }
 
     void drain_locked() {

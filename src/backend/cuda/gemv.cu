@@ -1,7 +1,8 @@
 // Matrix products for a few activation rows (decode). Each weight byte is read once, in 16-byte loads, and
 // dequantized in registers; the activations are staged once per block in shared memory. Measured on an H200
-// (gemv_bench --gemv-splits), the FP8 products at one row are bound by their instructions (decode, FMAs, loads)
-// rather than by memory (53-58% of the HBM rate for the 33-42 MB projections), the BF16 head by memory (99.6%).
+// (gemv_bench --gemv-splits), the FP8 products at one row stream at 53-58% of the HBM rate (the 33-42 MB
+// projections), the BF16 head at 99.6%. The FP8 ones wait on their loads' latency rather than on issue: 12% fewer
+// instructions made wo_b no faster (bench/results/gemv_instruction_cuts_run32).
 //
 // Work split (256 threads = 32 groups of 8 lanes):
 //  - The 8 lanes of a group read 8 consecutive 16-byte chunks (128 contiguous bytes) of one weight row per
@@ -35,8 +36,8 @@ constexpr int kXBytes = 96 * 1024;         // shared memory for the staged activ
 constexpr int kMaxCluster = 8;             // portable cluster size
 // Steps (16-byte loads per row and lane) per batch: what a lane keeps in flight per row while it computes the
 // previous batch. The dense kinds at 1-2 rows take 4: their decode is a shift, so the stream waits on memory
-// (ncu, the head at one row: 59% of the stall cycles on global loads), while FP8/FP4 spend their registers and
-// issue slots on the conversions.
+// (ncu, the head at one row: 59% of the stall cycles on global loads). FP8/FP4 keep 2: 4 at one row were mixed
+// (bench/results/gemv_deeper_loads_run38: wo_a -8%, wkv +6%) and cost registers at more rows.
 template <int K, int ROWS>
 constexpr int kSteps = (K == kF32 || K == kBF16 || K == kF16) && ROWS <= 2 ? 4 : 2;
 

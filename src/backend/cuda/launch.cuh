@@ -91,13 +91,13 @@ private:
     std::atomic<int> clusters_[64][9] = {};  // clusters + 1; 0: not asked yet
 };
 
-// kernel<<<grid, threads, smem, stream>>>(params) with the grid's x dimension in clusters of cluster_x blocks.
-template <typename Kernel, typename Params>
+// kernel<<<grid, threads, smem, stream>>>(args...) with the grid's x dimension in clusters of cluster_x blocks.
+template <typename Kernel, typename... Args>
 void launch_clustered(Kernel kernel, dim3 grid, int cluster_x, int threads, int smem, cudaStream_t stream,
-                      const Params& params) {
+                      const Args&... args) {
     cudaLaunchAttribute attr;
     const cudaLaunchConfig_t cfg = cluster_config(grid, cluster_x, threads, smem, stream, attr);
-    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
+    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
 }
 
 // launch_clustered for a kernel that begins with pdl_prologue() (pdl.cuh): programmatic serialization when on.

@@ -263,15 +263,24 @@ __global__ void fake_quantize_kernel(float* __restrict__ x, int64_t blocks, int 
 
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
 
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Whether a row of `cols` floats fits the register-resident kernels (rms_norm_vec_kernel and the fused ones).
+bool fits_vec_row(int64_t cols) { return cols % 4 == 0 && cols <= int64_t{4} * kNormVec * kNormThreads; }
+
+// Whether launch_rms_norm gives `rows` vector rows of `cols` a warp each (else a block each): many short rows, unless
+// fixed_kernel (batch-invariant mode) keeps the block-a-row kernel, and so one summation order, for every row count.
+bool rms_norm_takes_warps(int64_t rows, int64_t cols, bool fixed_kernel) {
+    return cols <= 1024 && rows >= kRowWarpMinRows && !fixed_kernel;
+}
+
 }  // namespace
 
 void launch_rms_norm(float* out, const float* x, const float* weight, int64_t rows, int64_t cols, float eps,
                      bool fixed_kernel, cudaStream_t stream) {
     if (rows == 0) return;
-    const bool vec = cols % 4 == 0 && cols <= 4 * kNormVec * kNormThreads &&
-                     reinterpret_cast<uintptr_t>(out) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-                     reinterpret_cast<uintptr_t>(weight) % 16 == 0;
-    if (vec && cols <= 1024 && rows >= kRowWarpMinRows && !fixed_kernel) {
+    const bool vec = fits_vec_row(cols) && aligned16(out) && aligned16(x) && aligned16(weight);
+    if (vec && rms_norm_takes_warps(rows, cols, fixed_kernel)) {
         const unsigned blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
         const int v = static_cast<int>((cols + 127) / 128);  // float4s a lane
         auto kernel = v == 1 ? rms_norm_warp_kernel<1> : v == 2 ? rms_norm_warp_kernel<2>
@@ -285,9 +294,7 @@ void launch_rms_norm(float* out, const float* x, const float* weight, int64_t ro
 }
 
 bool hc_collapse_norm_applies(int64_t n, int64_t d, const float* out, const float* streams, const float* weight) {
-    auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    return n >= 1 && n <= 8 && d % 4 == 0 && d <= int64_t{4} * kNormThreads * kNormVec && aligned(out) &&
-           aligned(streams) && aligned(weight);
+    return n >= 1 && n <= 8 && fits_vec_row(d) && aligned16(out) && aligned16(streams) && aligned16(weight);
 }
 
 void launch_hc_collapse_norm(float* out, const float* streams, const float* pre, const float* weight, int64_t rows,
@@ -302,12 +309,9 @@ void launch_hc_collapse_norm(float* out, const float* streams, const float* pre,
 
 bool rms_norm_rope_applies(const float* x, const float* weight, int64_t rows, int64_t heads, int64_t head_dim,
                            int rope_dim, bool fixed_kernel) {
-    auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
     // Where launch_rms_norm takes its block-a-row kernel, and the rotated dims are whole float4s.
-    const bool block_rows =
-        head_dim <= 4 * kNormVec * kNormThreads && (head_dim > 1024 || rows * heads < kRowWarpMinRows || fixed_kernel);
-    return head_dim % 4 == 0 && rope_dim % 4 == 0 && rope_dim <= head_dim && block_rows && aligned(x) &&
-           aligned(weight);
+    return fits_vec_row(head_dim) && !rms_norm_takes_warps(rows * heads, head_dim, fixed_kernel) && rope_dim % 4 == 0 &&
+           rope_dim <= head_dim && aligned16(x) && aligned16(weight);
 }
 
 void launch_rms_norm_rope(float* x, const float* weight, float eps, const int32_t* positions, const float* inv_freq,

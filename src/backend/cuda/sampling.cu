@@ -465,10 +465,8 @@ void launch_sample_rows(int32_t* ids, const float* logits, int64_t rows, int64_t
 void launch_argmax_rows(int32_t* ids, const float* logits, int64_t rows, int64_t vocab, cudaStream_t stream) {
     if (rows == 0) return;
     DI_CHECK(rows <= 65535, "argmax_rows: ", rows, " rows");
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = cluster_config(dim3(kArgmaxCluster, static_cast<unsigned>(rows)), kArgmaxCluster,
-                                                  kArgmaxThreads, 0, stream, attr);
-    DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, argmax_rows_kernel, ids, logits, vocab));
+    launch_clustered(argmax_rows_kernel, dim3(kArgmaxCluster, static_cast<unsigned>(rows)), kArgmaxCluster,
+                     kArgmaxThreads, 0, stream, ids, logits, vocab);
     DI_CUDA_LAUNCH_CHECK();
 }
 
