@@ -94,7 +94,7 @@ struct ChainKind {
     unsigned blocks, threads;
 };
 
-void launch(const ChainKind& k, const float* in, float* out, bool pdl, cudaStream_t stream) {
+cudaError_t launch(const ChainKind& k, const float* in, float* out, bool pdl, cudaStream_t stream) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(k.blocks);
     cfg.blockDim = dim3(k.threads);
@@ -106,22 +106,32 @@ void launch(const ChainKind& k, const float* in, float* out, bool pdl, cudaStrea
         cfg.attrs = attr;
         cfg.numAttrs = 1;
     }
-    CHECK(cudaLaunchKernelEx(&cfg, k.kernel, in, out));
+    return cudaLaunchKernelEx(&cfg, k.kernel, in, out);
 }
 
-// us per kernel of a chain of n (best of 5), mode 0: stream, 1: stream + PDL, 2: graph + PDL.
+// us per kernel of a chain of n (best of 5), mode 0: stream, 1: stream + PDL, 2: graph + PDL; negative where the
+// graph could not be made (the error printed).
 double time_chain(const ChainKind& k, int n, int mode, float* a, float* b, cudaStream_t stream) {
     cudaGraphExec_t exec = nullptr;
     auto issue = [&] {
-        for (int i = 0; i < n; ++i) launch(k, i % 2 ? b : a, i % 2 ? a : b, mode > 0, stream);
+        cudaError_t err = cudaSuccess;
+        for (int i = 0; i < n && err == cudaSuccess; ++i)
+            err = launch(k, i % 2 ? b : a, i % 2 ? a : b, mode > 0, stream);
+        return err;
     };
     if (mode == 2) {
-        cudaGraph_t graph;
+        cudaGraph_t graph = nullptr;
         CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        issue();
-        CHECK(cudaStreamEndCapture(stream, &graph));
-        CHECK(cudaGraphInstantiate(&exec, graph, 0));
-        CHECK(cudaGraphDestroy(graph));
+        const cudaError_t launched = issue();
+        const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+        cudaError_t err = launched != cudaSuccess ? launched : ended;
+        if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (err != cudaSuccess) {
+            std::fprintf(stderr, "decode_chain_bench: graph of %s: %s\n", k.name, cudaGetErrorString(err));
+            cudaGetLastError();
+            return -1.0;
+        }
     }
     cudaEvent_t e0, e1;
     CHECK(cudaEventCreate(&e0));
@@ -132,7 +142,7 @@ double time_chain(const ChainKind& k, int n, int mode, float* a, float* b, cudaS
         if (exec)
             CHECK(cudaGraphLaunch(exec, stream));
         else
-            issue();
+            CHECK(issue());
         CHECK(cudaEventRecord(e1, stream));
         CHECK(cudaEventSynchronize(e1));
         float ms = 0.0f;
@@ -240,7 +250,13 @@ int main(int argc, char** argv) {
                                {"chunk dots (32 x 256, 64 KB in and out)", chunk_dots_kernel, 32, 256}};
     for (const ChainKind& k : kinds) {
         std::printf("%-40s", k.name);
-        for (int mode = 0; mode < 3; ++mode) std::printf(" %10.2f", time_chain(k, n, mode, a, b, stream));
+        for (int mode = 0; mode < 3; ++mode) {
+            const double us = time_chain(k, n, mode, a, b, stream);
+            if (us < 0)
+                std::printf(" %10s", "n/a");
+            else
+                std::printf(" %10.2f", us);
+        }
         std::printf("\n");
     }
 
