@@ -1,11 +1,12 @@
 // What a decode step's kernels cost when nothing else does: the floors under the measured batch-1 step (1.79 ms on
 // an H200 for ~300 kernels, against a 0.69 ms bandwidth floor; bench/results/decode_launch_fusion_runs44-46).
 //
-// 1. Chains of dependent kernels, each waiting for the one before (a ping-pong pair of buffers), as the step's small
-//    ops do. Per kernel: nothing (one warp); one 4096-float row read, normed by a block sum and written (an RMSNorm
-//    of one token); 32 blocks each reading 512 floats of 16384 and writing a partial (the mHC mix dots). Each chain
-//    on a stream without and with programmatic dependent launch (PDL: griddepcontrol.wait first, as pdl.cuh's
-//    prologue), and captured into a CUDA graph with PDL edges. Prints us per kernel.
+// 1. Chains of dependent kernels, each reading what the one before wrote (a ping-pong pair of buffers), as the step's
+//    small ops do: an empty kernel (one warp: the launch and dependency floor), the backend's RMSNorm of one
+//    4096-float row (cuda::launch_rms_norm: a block, 16 KB in and out) and its hc_post of one token (n 4, d 4096:
+//    16 blocks, 80 KB in, 64 KB out). Each chain issued on a stream and captured into a CUDA graph; every launch
+//    goes through pdl.cuh, so programmatic dependent launch is on unless DEEPINFER_CUDA_PDL=0 (run the bench once
+//    each way to compare). Prints us per kernel.
 // 2. One wave of weight reads at one activation row, the fp32 GEMV's pattern (gemv.cu: 256 threads, a row per 8
 //    lanes, 32 rows a block, each 8 lanes reading 16-byte chunks l8, l8 + 8, ... of their row's slice), D 16-byte
 //    loads in flight per lane; against the same bytes laid out tile by tile (each block's 32 rows x slice chunks
@@ -22,137 +23,69 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <vector>
 
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/pdl.cuh"
+#include "common/event_timing.cuh"
+
+namespace deepinfer::cuda {
 namespace {
-
-#define CHECK(expr)                                                                              \
-    do {                                                                                         \
-        const cudaError_t e_ = (expr);                                                           \
-        if (e_ != cudaSuccess) {                                                                 \
-            std::fprintf(stderr, "decode_chain_bench: %s: %s\n", #expr, cudaGetErrorString(e_)); \
-            std::exit(1);                                                                        \
-        }                                                                                        \
-    } while (0)
-
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 
 // ---- 1. chains ----------------------------------------------------------------------------------------------
 
 __global__ void empty_kernel(const float* in, float* out) {
-    pdl_wait();
-    pdl_launch();
+    pdl_prologue();                                            // see pdl.cuh
     if (threadIdx.x == 0 && in[0] == 12345.0f) out[0] = 1.0f;  // a read of the kernel before's output
 }
 
-// out [4096] = in * rsqrt(mean square): one block of 256 threads, 4 float4 a thread (rms_norm_vec_kernel's shape).
-__global__ void __launch_bounds__(256) row_norm_kernel(const float* in, float* out) {
-    pdl_wait();
-    pdl_launch();
-    __shared__ float part[8];
-    const float4* x = reinterpret_cast<const float4*>(in);
-    float4 v[4];
-    float ss = 0.0f;
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-        v[u] = x[threadIdx.x + 256 * u];
-        ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
-    }
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
-    __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < 8; ++w) total += part[w];
-    const float inv = rsqrtf(total / 4096.0f + 1e-6f);
-    float4* y = reinterpret_cast<float4*>(out);
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-        y[threadIdx.x + 256 * u] = make_float4(v[u].x * inv, v[u].y * inv, v[u].z * inv, v[u].w * inv);
-}
+// One op of a chain: reads `in`, writes `out` (both 16384 floats), on `stream`.
+using ChainOp = std::function<void(const float* in, float* out, cudaStream_t stream)>;
 
-// 32 blocks: block c reads floats [512 c, 512 c + 512) of in [16384], writes their block sum to out[c] and copies its
-// slice (so that the next kernel has 16384 floats to read).
-__global__ void __launch_bounds__(256) chunk_dots_kernel(const float* in, float* out) {
-    pdl_wait();
-    pdl_launch();
-    __shared__ float part[8];
-    const int c = blockIdx.x;
-    const float2 v = reinterpret_cast<const float2*>(in + 512 * c)[threadIdx.x];
-    float s = v.x * v.x + v.y * v.y;
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = s;
-    __syncthreads();
-    float total = 0.0f;
-    for (int w = 0; w < 8; ++w) total += part[w];
-    reinterpret_cast<float2*>(out + 512 * c)[threadIdx.x] = make_float2(v.x + total * 1e-9f, v.y);
-}
-
-struct ChainKind {
-    const char* name;
-    void (*kernel)(const float*, float*);
-    unsigned blocks, threads;
-};
-
-cudaError_t launch(const ChainKind& k, const float* in, float* out, bool pdl, cudaStream_t stream) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(k.blocks);
-    cfg.blockDim = dim3(k.threads);
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    if (pdl) {
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-    }
-    return cudaLaunchKernelEx(&cfg, k.kernel, in, out);
-}
-
-// us per kernel of a chain of n (best of 5), mode 0: stream, 1: stream + PDL, 2: graph + PDL; negative where the
-// graph could not be made (the error printed).
-double time_chain(const ChainKind& k, int n, int mode, float* a, float* b, cudaStream_t stream) {
-    cudaGraphExec_t exec = nullptr;
+// us per kernel of a chain of n ops, best of 5 after a warm-up; graph: captured once, then replayed. Negative
+// where the graph cannot be made (the error printed).
+double time_chain(const ChainOp& op, const char* name, int n, bool graph, float* a, float* b, cudaStream_t stream) {
     auto issue = [&] {
-        cudaError_t err = cudaSuccess;
-        for (int i = 0; i < n && err == cudaSuccess; ++i)
-            err = launch(k, i % 2 ? b : a, i % 2 ? a : b, mode > 0, stream);
-        return err;
+        for (int i = 0; i < n; ++i) op(i % 2 ? b : a, i % 2 ? a : b, stream);
     };
-    if (mode == 2) {
-        cudaGraph_t graph = nullptr;
-        CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-        const cudaError_t launched = issue();
-        const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
-        cudaError_t err = launched != cudaSuccess ? launched : ended;
-        if (err == cudaSuccess) err = cudaGraphInstantiate(&exec, graph, 0);
-        if (graph) cudaGraphDestroy(graph);
-        if (err != cudaSuccess) {
-            std::fprintf(stderr, "decode_chain_bench: graph of %s: %s\n", k.name, cudaGetErrorString(err));
+    cudaGraphExec_t exec = nullptr;
+    if (graph) {
+        cudaGraph_t g = nullptr;
+        DI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+        try {
+            issue();
+        } catch (const std::exception& e) {
+            cudaStreamEndCapture(stream, &g);
+            if (g) cudaGraphDestroy(g);
             cudaGetLastError();
+            std::fprintf(stderr, "decode_chain_bench: graph of %s: %s\n", name, e.what());
+            return -1.0;
+        }
+        DI_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+        const cudaError_t err = cudaGraphInstantiate(&exec, g, 0);
+        cudaGraphDestroy(g);
+        if (err != cudaSuccess) {
+            cudaGetLastError();
+            std::fprintf(stderr, "decode_chain_bench: graph of %s: %s\n", name, cudaGetErrorString(err));
             return -1.0;
         }
     }
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    float best = 1e30f;
+    double best = 1e30;
     for (int rep = 0; rep < 6; ++rep) {  // the first is a warm-up
-        CHECK(cudaEventRecord(e0, stream));
-        if (exec)
-            CHECK(cudaGraphLaunch(exec, stream));
-        else
-            CHECK(issue());
-        CHECK(cudaEventRecord(e1, stream));
-        CHECK(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (rep > 0 && ms < best) best = ms;
+        // `stream` is a blocking stream: the default stream's events bracket its work.
+        const double us = bench::mean_call_us(1, [&](int) {
+            if (exec)
+                DI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+            else
+                issue();
+        });
+        if (rep > 0 && us < best) best = us;
     }
-    if (exec) CHECK(cudaGraphExecDestroy(exec));
-    CHECK(cudaEventDestroy(e0));
-    CHECK(cudaEventDestroy(e1));
-    return best * 1e3 / n;
+    if (exec) DI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    return best / n;
 }
 
 // ---- 2. one-wave weight reads ---------------------------------------------------------------------------------
@@ -195,68 +128,65 @@ __global__ void __launch_bounds__(kThreads)
 
 using ReadKernel = void (*)(const uint4*, int64_t, int, bool, uint4*);
 
-// us per read of `rows` rows of row_chunks chunks (ranks x slice = row_chunks), rotating over `copies` copies.
-double time_reads(ReadKernel kernel, const std::vector<uint4*>& copies, int64_t rows, int64_t row_chunks, int ranks,
+// us per read of `rows` rows of row_chunks chunks (ranks x slice = row_chunks), rotating over the slots; the best
+// of 4 means of 32 reads.
+double time_reads(ReadKernel kernel, const std::vector<uint4*>& slots, int64_t rows, int64_t row_chunks, int ranks,
                   bool tiled, uint4* sink) {
     const int slice = static_cast<int>(row_chunks / ranks);
     const dim3 grid(ranks, static_cast<unsigned>(rows / kRows));
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    const int iters = 32;
-    float best = 1e30f;
+    double best = 1e30;
     for (int rep = 0; rep < 4; ++rep) {
-        CHECK(cudaEventRecord(e0));
-        for (int i = 0; i < iters; ++i)
-            kernel<<<grid, kThreads>>>(copies[i % copies.size()], row_chunks, slice, tiled, sink);
-        CHECK(cudaEventRecord(e1));
-        CHECK(cudaEventSynchronize(e1));
-        float ms = 0.0f;
-        CHECK(cudaEventElapsedTime(&ms, e0, e1));
-        if (ms < best) best = ms;
+        const double us = bench::mean_call_us(
+            32, [&](int i) { kernel<<<grid, kThreads>>>(slots[i % slots.size()], row_chunks, slice, tiled, sink); });
+        if (us < best) best = us;
     }
-    CHECK(cudaGetLastError());
-    CHECK(cudaEventDestroy(e0));
-    CHECK(cudaEventDestroy(e1));
-    return best * 1e3 / iters;
+    DI_CUDA_LAUNCH_CHECK();
+    return best;
 }
 
-}  // namespace
+void print_us(double us) {
+    if (us < 0)
+        std::printf(" %10s", "n/a");
+    else
+        std::printf(" %10.2f", us);
+}
 
-int main(int argc, char** argv) {
-    int n = 256;
-    for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--kernels") == 0 && i + 1 < argc) {
-            n = std::atoi(argv[++i]);
-        } else {
-            std::fprintf(stderr, "usage: decode_chain_bench [--kernels N]\n");
-            return 2;
-        }
-    }
-    if (n < 2) n = 2;
+int run(int n) {
     cudaStream_t stream;
-    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    float *a = nullptr, *b = nullptr;
-    CHECK(cudaMalloc(&a, 16384 * sizeof(float)));
-    CHECK(cudaMalloc(&b, 16384 * sizeof(float)));
-    std::vector<float> ones(16384, 1.0f);
-    CHECK(cudaMemcpy(a, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
-    CHECK(cudaMemcpy(b, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
+    DI_CUDA_CHECK(cudaStreamCreate(&stream));  // blocking: ordered with the default stream's timing events
+    constexpr int64_t kFloats = 16384;         // a token's 4 streams of 4096
+    float *a = nullptr, *b = nullptr, *consts = nullptr;
+    DI_CUDA_CHECK(cudaMalloc(&a, kFloats * sizeof(float)));
+    DI_CUDA_CHECK(cudaMalloc(&b, kFloats * sizeof(float)));
+    DI_CUDA_CHECK(cudaMalloc(&consts, kFloats * sizeof(float)));  // y, the norm weight, post, comb: ones
+    const std::vector<float> ones(kFloats, 1.0f);
+    for (float* p : {a, b, consts}) DI_CUDA_CHECK(cudaMemcpy(p, ones.data(), kFloats * 4, cudaMemcpyHostToDevice));
 
-    std::printf("chains of %d dependent kernels, us a kernel (best of 5)\n", n);
-    std::printf("%-40s %10s %10s %10s\n", "kernel", "stream", "+PDL", "graph+PDL");
-    const ChainKind kinds[] = {{"empty (1 x 32 threads)", empty_kernel, 1, 32},
-                               {"row norm (1 x 256, 16 KB in and out)", row_norm_kernel, 1, 256},
-                               {"chunk dots (32 x 256, 64 KB in and out)", chunk_dots_kernel, 32, 256}};
-    for (const ChainKind& k : kinds) {
-        std::printf("%-40s", k.name);
-        for (int mode = 0; mode < 3; ++mode) {
-            const double us = time_chain(k, n, mode, a, b, stream);
-            if (us < 0)
-                std::printf(" %10s", "n/a");
-            else
-                std::printf(" %10.2f", us);
-        }
+    std::printf("chains of %d dependent kernels, us a kernel (best of 5); PDL %s (DEEPINFER_CUDA_PDL)\n", n,
+                pdl_enabled() ? "on" : "off");
+    std::printf("%-42s %10s %10s\n", "kernel", "stream", "graph");
+    const struct {
+        const char* name;
+        ChainOp op;
+    } chains[] = {
+        {"empty (1 x 32 threads)",
+         [](const float* in, float* out, cudaStream_t s) {
+             launch_pdl(empty_kernel, 1, 32, 0, s, in, out);
+             DI_CUDA_LAUNCH_CHECK();
+         }},
+        {"rms_norm, one row of 4096 (launch_rms_norm)",
+         [&](const float* in, float* out, cudaStream_t s) {
+             launch_rms_norm(out, in, consts, 1, 4096, 1e-6f, false, s);
+         }},
+        {"hc_post, one token, n 4, d 4096",
+         [&](const float* in, float* out, cudaStream_t s) {
+             launch_hc_post(out, consts, consts, consts, in, 1, 4, 4096, s);
+         }},
+    };
+    for (const auto& c : chains) {
+        std::printf("%-42s", c.name);
+        print_us(time_chain(c.op, c.name, n, false, a, b, stream));
+        print_us(time_chain(c.op, c.name, n, true, a, b, stream));
         std::printf("\n");
     }
 
@@ -265,11 +195,11 @@ int main(int argc, char** argv) {
     const int64_t max_rows = 4096 * 32, bytes = max_rows * row_chunks * 16;
     std::vector<uint4*> copies(2);  // 2 x 1 GiB: consecutive reads of the small sizes rotate through 64 slots
     for (uint4*& c : copies) {
-        CHECK(cudaMalloc(&c, bytes));
-        CHECK(cudaMemset(c, 1, bytes));
+        DI_CUDA_CHECK(cudaMalloc(&c, bytes));
+        DI_CUDA_CHECK(cudaMemset(c, 1, bytes));
     }
     uint4* sink = nullptr;
-    CHECK(cudaMalloc(&sink, sizeof(uint4)));
+    DI_CUDA_CHECK(cudaMalloc(&sink, sizeof(uint4)));
     std::printf(
         "\none wave of weight reads (rows x 8192 B, 2 ranks of 4 KB a row, 256 threads a block), us a read "
         "(GB/s)\n");
@@ -287,16 +217,37 @@ int main(int argc, char** argv) {
                 slots.push_back(c + at * row_chunks);
         for (const bool tiled : {false, true}) {
             std::printf("%-10lld %-6s", static_cast<long long>(rows), tiled ? "tiled" : "rows");
-            for (int i = 0; i < 5; ++i) {
-                const double us = time_reads(kernels[i], slots, rows, row_chunks, 2, tiled, sink);
+            for (const ReadKernel k : kernels) {
+                const double us = time_reads(k, slots, rows, row_chunks, 2, tiled, sink);
                 std::printf(" %7.2f (%5.0f)", us, rows * row_chunks * 16 / (us * 1e3));
             }
             std::printf("\n");
         }
     }
-    for (uint4* c : copies) CHECK(cudaFree(c));
-    CHECK(cudaFree(sink));
-    CHECK(cudaFree(a));
-    CHECK(cudaFree(b));
+    for (uint4* c : copies) DI_CUDA_CHECK(cudaFree(c));
+    for (void* p : {static_cast<void*>(sink), static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(consts)})
+        DI_CUDA_CHECK(cudaFree(p));
+    DI_CUDA_CHECK(cudaStreamDestroy(stream));
     return 0;
+}
+
+}  // namespace
+}  // namespace deepinfer::cuda
+
+int main(int argc, char** argv) {
+    int n = 256;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--kernels") == 0 && i + 1 < argc) {
+            n = std::atoi(argv[++i]);
+        } else {
+            std::fprintf(stderr, "usage: decode_chain_bench [--kernels N]\n");
+            return 2;
+        }
+    }
+    try {
+        return deepinfer::cuda::run(n < 2 ? 2 : n);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "decode_chain_bench: %s\n", e.what());
+        return 1;
+    }
 }
