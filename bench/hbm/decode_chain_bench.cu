@@ -16,6 +16,12 @@
 //    D = 16 (a cp.async ring) nor an L2 prefetch of the tile made it faster (runs 39-43): this says what the
 //    pattern alone allows.
 //
+// 3. Warming the L2 ahead of the reads: 8 layers of batch-1 weight reads (12 a layer, 200 MB) in one graph, each
+//    after `gap` one-row RMSNorms, with a side-stream kernel that follows the reads' progress (each read publishes
+//    its index) and asks the L2 for the weights up to a window ahead: by cp.async.bulk.prefetch.L2 hints, or by
+//    real bulk copies into shared memory; against the same reads all aliasing one L2-resident 32 MB buffer (the
+//    best warming could do). Also: the hint issue rate, and one read of a buffer just warmed each way.
+//
 //   decode_chain_bench [--kernels N]   (default 256 kernels a chain)
 #include <cuda_runtime.h>
 
@@ -30,6 +36,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/wgmma_common.cuh"
 #include "common/event_timing.cuh"
 
 namespace deepinfer::cuda {
@@ -144,11 +151,188 @@ double time_reads(ReadKernel kernel, const std::vector<uint4*>& slots, int64_t r
     return best;
 }
 
+// ---- 3. a layer's weights streamed between small-op chains, with a side-stream L2 prefetcher ---------------------
+
+// read_rows_kernel's rows layout at D = 2 as a PDL kernel that publishes which weight of the sequence it is
+// (`seq`, written once the kernel before has finished) for the prefetcher to follow.
+__global__ void __launch_bounds__(kThreads) read_weight_kernel(const uint4* __restrict__ w, int64_t row_chunks,
+                                                               int slice, uint4* sink, int* progress, int seq) {
+    pdl_prologue();
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *reinterpret_cast<volatile int*>(progress) = seq;
+    const int l8 = threadIdx.x % 8, g = threadIdx.x / 8;
+    const uint4* base =
+        w + (static_cast<int64_t>(blockIdx.y) * kRows + g) * row_chunks + static_cast<int64_t>(blockIdx.x) * slice + l8;
+    const int n = slice / 8;
+    uint4 acc = make_uint4(0, 0, 0, 0);
+    for (int j = 0; j < n; j += 2) {
+        const uint4 v0 = __ldg(base + j * 8), v1 = j + 1 < n ? __ldg(base + (j + 1) * 8) : make_uint4(0, 0, 0, 0);
+        acc.x ^= v0.x ^ v1.x;
+        acc.y ^= v0.y ^ v1.y;
+        acc.z ^= v0.z ^ v1.z;
+        acc.w ^= v0.w ^ v1.w;
+    }
+    if ((acc.x & acc.y & acc.z & acc.w) == 0xdeadbeefu) *sink = acc;
+}
+
+struct WeightRange {
+    const char* data;
+    int64_t begin, end;  // byte offsets in the whole sequence
+};
+
+// One persistent kernel on a stream of its own: weight k of the sequence is asked of the L2 (bulk prefetches of
+// `chunk` bytes spread over all lanes) once the consumer has started a weight j with end(k) - begin(j) <= window.
+// One thread a block polls the consumer's progress (with a back-off, so that the polling does not load the L2
+// slice that holds it). Gives up after ~1 s without progress (a consumer that never comes).
+__global__ void l2_prefetcher_kernel(const WeightRange* weights, int count, const int* progress, int64_t window,
+                                     int64_t chunk) {
+    const int lanes = gridDim.x * blockDim.x, lane = blockIdx.x * blockDim.x + threadIdx.x;
+    __shared__ int seen_j;
+    int j = -1;
+    for (int k = 0; k < count; ++k) {
+        const WeightRange r = weights[k];
+        if (j < 0 || r.end - weights[j].begin > window) {
+            if (threadIdx.x == 0) {
+                const long long t0 = clock64();
+                int v = -1;
+                while (true) {
+                    v = *reinterpret_cast<const volatile int*>(progress);
+                    if (v >= 0 && r.end - weights[v].begin <= window) break;
+                    if (clock64() - t0 > 2000000000LL) {
+                        v = -2;
+                        break;
+                    }
+                    __nanosleep(256);
+                }
+                seen_j = v;
+            }
+            __syncthreads();
+            j = seen_j;
+            __syncthreads();
+            if (j == -2) return;
+        }
+        for (int64_t at = static_cast<int64_t>(lane) * chunk; at < r.end - r.begin;
+             at += static_cast<int64_t>(lanes) * chunk) {
+            const uint32_t bytes = static_cast<uint32_t>(min(chunk, r.end - r.begin - at));
+            asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(r.data + at), "r"(bytes) : "memory");
+        }
+    }
+}
+
 void print_us(double us) {
     if (us < 0)
         std::printf(" %10s", "n/a");
     else
         std::printf(" %10.2f", us);
+}
+
+// The same schedule with real reads instead of prefetch hints (which the memory system may drop): one thread a
+// block streams its share of weight k through kWarmSlots shared-memory slots of `chunk` bytes with bulk copies
+// (cp.async.bulk, completion on an mbarrier a slot), discarding the bytes; the reads leave them in the L2.
+constexpr int kWarmSlots = 4;
+__global__ void l2_warm_kernel(const WeightRange* weights, int count, const int* progress, int64_t window,
+                               int64_t chunk) {
+    extern __shared__ __align__(128) uint8_t warm_buf[];  // [kWarmSlots, chunk]
+    __shared__ __align__(8) uint64_t bars[kWarmSlots];
+    if (threadIdx.x != 0) return;
+    const uint32_t buf = static_cast<uint32_t>(__cvta_generic_to_shared(warm_buf));
+    const uint32_t bar0 = static_cast<uint32_t>(__cvta_generic_to_shared(bars));
+    for (int i = 0; i < kWarmSlots; ++i) wgmma::mbar_init(bar0 + 8 * i, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    int64_t issued = 0;
+    int j = -1;
+    for (int k = 0; k < count; ++k) {
+        const WeightRange r = weights[k];
+        const long long t0 = clock64();
+        while (j < 0 || r.end - weights[j].begin > window) {
+            j = *reinterpret_cast<const volatile int*>(progress);
+            if (j >= 0 && r.end - weights[j].begin <= window) break;
+            if (clock64() - t0 > 2000000000LL) return;
+            __nanosleep(256);
+        }
+        for (int64_t at = static_cast<int64_t>(blockIdx.x) * chunk; at < r.end - r.begin;
+             at += static_cast<int64_t>(gridDim.x) * chunk, ++issued) {
+            const int slot = static_cast<int>(issued % kWarmSlots);
+            const uint32_t bar = bar0 + 8 * slot;
+            if (issued >= kWarmSlots) wgmma::mbar_wait(bar, static_cast<uint32_t>((issued / kWarmSlots - 1) & 1));
+            const uint32_t bytes = static_cast<uint32_t>(min(chunk, r.end - r.begin - at));
+            asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+            asm volatile(
+                "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                    buf + slot * static_cast<uint32_t>(chunk)),
+                "l"(r.data + at), "r"(bytes), "r"(bar)
+                : "memory");
+        }
+    }
+    for (int64_t n = issued > kWarmSlots ? issued - kWarmSlots : 0; n < issued; ++n)  // the last copies land
+        wgmma::mbar_wait(bar0 + 8 * static_cast<int>(n % kWarmSlots), static_cast<uint32_t>((n / kWarmSlots) & 1));
+}
+
+// A layer of the 8-layer batch-1 step as its weight reads (rows of 8192 B: wq_a, wq_b, wkv, wo_a, wo_b, the router
+// gate, the shared expert's three, the six routed experts' three: 200 MB), each read preceded by `gap` one-row
+// RMSNorms (the small ops between two linears). Captured into one graph for all layers; `window` > 0 runs the L2
+// prefetcher beside it. Returns us per sequence (best of 5 after a warm-up).
+// warm_blocks > 0: l2_warm_kernel on that many blocks (chunk bytes a copy) instead of the prefetch hints.
+double time_layers(const char* base, int layers, int gap, int64_t window, int64_t chunk, bool hot, int warm_blocks,
+                   uint4* sink, float* a, float* b, const float* consts, cudaStream_t stream, cudaStream_t side) {
+    const int64_t layer_rows[] = {512, 4096, 256, 4096, 4096, 256, 1024, 1024, 1024, 3072, 3072, 3072};
+    constexpr int64_t kRowBytes = 8192, kRowChunks = kRowBytes / 16;
+    std::vector<WeightRange> ranges;
+    int64_t at = 0;
+    for (int l = 0; l < layers; ++l)
+        for (int64_t rows : layer_rows) {
+            ranges.push_back({base + (hot ? 0 : at), at, at + rows * kRowBytes});  // hot: all in the first 32 MB
+            at += rows * kRowBytes;
+        }
+    WeightRange* d_ranges = nullptr;
+    int* progress = nullptr;
+    DI_CUDA_CHECK(cudaMalloc(&d_ranges, ranges.size() * sizeof(WeightRange)));
+    DI_CUDA_CHECK(cudaMalloc(&progress, sizeof(int)));
+    DI_CUDA_CHECK(cudaMemcpy(d_ranges, ranges.data(), ranges.size() * sizeof(WeightRange), cudaMemcpyHostToDevice));
+
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    DI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    int flip = 0;
+    for (size_t k = 0; k < ranges.size(); ++k) {
+        for (int i = 0; i < gap; ++i, flip ^= 1)
+            launch_rms_norm(flip ? a : b, flip ? b : a, consts, 1, 4096, 1e-6f, false, stream);
+        const int64_t rows = (ranges[k].end - ranges[k].begin) / kRowBytes, tiles = rows / kRows;
+        int ranks = 1;
+        while (ranks < 16 && ranks * tiles < 264) ranks *= 2;
+        launch_pdl(read_weight_kernel, dim3(ranks, static_cast<unsigned>(tiles)), kThreads, 0, stream,
+                   reinterpret_cast<const uint4*>(ranges[k].data), kRowChunks, static_cast<int>(kRowChunks / ranks),
+                   sink, progress, static_cast<int>(k));
+    }
+    DI_CUDA_CHECK(cudaStreamEndCapture(stream, &g));
+    DI_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    DI_CUDA_CHECK(cudaGraphDestroy(g));
+    cudaEvent_t reset;
+    DI_CUDA_CHECK(cudaEventCreateWithFlags(&reset, cudaEventDisableTiming));
+    double best = 1e30;
+    for (int rep = 0; rep < 6; ++rep) {
+        const double us = bench::mean_call_us(1, [&](int) {
+            DI_CUDA_CHECK(cudaMemsetAsync(progress, 0xff, sizeof(int), stream));  // -1: nothing started
+            if (window > 0) {
+                DI_CUDA_CHECK(cudaEventRecord(reset, stream));
+                DI_CUDA_CHECK(cudaStreamWaitEvent(side, reset));
+                if (warm_blocks > 0)
+                    l2_warm_kernel<<<warm_blocks, 32, kWarmSlots * chunk, side>>>(
+                        d_ranges, static_cast<int>(ranges.size()), progress, window, chunk);
+                else
+                    l2_prefetcher_kernel<<<16, 32, 0, side>>>(d_ranges, static_cast<int>(ranges.size()), progress,
+                                                              window, chunk);
+                DI_CUDA_LAUNCH_CHECK();
+            }
+            DI_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+        });
+        DI_CUDA_CHECK(cudaDeviceSynchronize());
+        if (rep > 0 && us < best) best = us;
+    }
+    DI_CUDA_CHECK(cudaEventDestroy(reset));
+    DI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    DI_CUDA_CHECK(cudaFree(d_ranges));
+    DI_CUDA_CHECK(cudaFree(progress));
+    return best;
 }
 
 int run(int n) {
@@ -225,6 +409,105 @@ int run(int n) {
         }
     }
     for (uint4* c : copies) DI_CUDA_CHECK(cudaFree(c));
+
+    {
+        constexpr int kLayers = 8;
+        char* base = nullptr;
+        DI_CUDA_CHECK(cudaMalloc(&base, int64_t{8192} * 25600 * kLayers));
+        DI_CUDA_CHECK(cudaMemset(base, 1, int64_t{8192} * 25600 * kLayers));
+        cudaStream_t side;
+        DI_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+        const double floor_us = 8192.0 * 25600 * kLayers / 4.26e6;
+        std::printf(
+            "\n%d layers of batch-1 weight reads (12 a layer, 200 MB; floor %.1f us at 4.26 TB/s), each after `gap` "
+            "one-row RMSNorms, one graph; us a sequence, with an L2 prefetcher on a side stream `window` MB ahead\n",
+            kLayers, floor_us);
+        {  // the prefetcher alone (everything allowed at once), and hot re-reads of one weight
+            int* started = nullptr;
+            WeightRange* all = nullptr;
+            const WeightRange whole{base, 0, int64_t{8192} * 25600 * kLayers};
+            DI_CUDA_CHECK(cudaMalloc(&started, sizeof(int)));
+            DI_CUDA_CHECK(cudaMalloc(&all, sizeof(WeightRange)));
+            DI_CUDA_CHECK(cudaMemset(started, 0, sizeof(int)));
+            DI_CUDA_CHECK(cudaMemcpy(all, &whole, sizeof(WeightRange), cudaMemcpyHostToDevice));
+            for (int blocks : {16, 132, 528}) {
+                double best = 1e30;
+                for (int rep = 0; rep < 4; ++rep) {
+                    const double us = bench::mean_call_us(1, [&](int) {
+                        l2_prefetcher_kernel<<<blocks, 32>>>(all, 1, started, int64_t{1} << 62, 16384);
+                    });
+                    if (us < best) best = us;
+                }
+                std::printf("prefetcher alone, %d blocks of 32: %.1f us for %.0f MB (%.0f GB/s)\n", blocks, best,
+                            whole.end / 1e6, whole.end / (best * 1e3));
+            }
+            DI_CUDA_CHECK(cudaFree(started));
+            DI_CUDA_CHECK(cudaFree(all));
+            DI_CUDA_CHECK(
+                cudaFuncSetAttribute(l2_warm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWarmSlots * 32768));
+            for (int64_t rows : {int64_t{512}, int64_t{1024}, int64_t{2048}, int64_t{4096}}) {
+                const int64_t tiles = rows / kRows;
+                int ranks = 1;
+                while (ranks < 16 && ranks * tiles < 264) ranks *= 2;
+                const std::vector<uint4*> hot{reinterpret_cast<uint4*>(base)};
+                std::vector<uint4*> cold;
+                for (int i = 0; i < 32; ++i) cold.push_back(reinterpret_cast<uint4*>(base) + i * rows * 512);
+                // A read just after the whole buffer went through l2_warm_kernel (bulk copies) or the prefetch hints.
+                WeightRange* one = nullptr;
+                int* zero = nullptr;
+                DI_CUDA_CHECK(cudaMalloc(&one, sizeof(WeightRange)));
+                DI_CUDA_CHECK(cudaMalloc(&zero, sizeof(int)));
+                DI_CUDA_CHECK(cudaMemset(zero, 0, sizeof(int)));
+                const dim3 grid(ranks, static_cast<unsigned>(tiles));
+                auto after = [&](bool warm) {
+                    double sum = 0;
+                    for (int i = 0; i < 8; ++i) {
+                        const char* at = reinterpret_cast<const char*>(cold[i]);
+                        const WeightRange r{at, 0, rows * 8192};
+                        DI_CUDA_CHECK(cudaMemcpy(one, &r, sizeof r, cudaMemcpyHostToDevice));
+                        DI_CUDA_CHECK(cudaDeviceSynchronize());
+                        // Queued back to back, so that the timing starts when the warming ends.
+                        if (warm)
+                            l2_warm_kernel<<<132, 32, kWarmSlots * 16384>>>(one, 1, zero, int64_t{1} << 62, 16384);
+                        else
+                            l2_prefetcher_kernel<<<132, 32>>>(one, 1, zero, int64_t{1} << 62, 16384);
+                        sum += bench::mean_call_us(1, [&](int) {
+                            read_rows_kernel<2><<<grid, kThreads>>>(reinterpret_cast<const uint4*>(at), 512,
+                                                                    static_cast<int>(512 / ranks), false, sink);
+                        });
+                    }
+                    return sum / 8;
+                };
+                std::printf(
+                    "read of %5.1f MB (%d ranks): L2-hot %.2f us, cold %.2f us, after bulk copies %.2f us, after "
+                    "prefetch hints %.2f us\n",
+                    rows * 8192 / 1e6, ranks, time_reads(read_rows_kernel<2>, hot, rows, 512, ranks, false, sink),
+                    time_reads(read_rows_kernel<2>, cold, rows, 512, ranks, false, sink), after(true), after(false));
+                DI_CUDA_CHECK(cudaFree(one));
+                DI_CUDA_CHECK(cudaFree(zero));
+            }
+        }
+        DI_CUDA_CHECK(
+            cudaFuncSetAttribute(l2_warm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWarmSlots * 32768));
+        std::printf("%-6s %10s %10s %10s %10s %10s %10s %10s %10s\n", "gap", "none", "hint 32MB", "all hot",
+                    "warm 33x16K", "66x16K", "132x16K", "132x32K", "132x16K 48MB");
+        for (int gap : {0, 2, 4, 8}) {
+            std::printf("%-6d", gap);
+            const struct {
+                int64_t window_mb, chunk;
+                bool hot;
+                int warm;
+            } cols[] = {{0, 0, false, 0},        {32, 16384, false, 0},  {0, 0, true, 0},
+                        {32, 16384, false, 33},  {32, 16384, false, 66}, {32, 16384, false, 132},
+                        {32, 32768, false, 132}, {48, 16384, false, 132}};
+            for (const auto& c : cols)
+                std::printf(" %10.1f", time_layers(base, kLayers, gap, c.window_mb << 20, c.chunk, c.hot, c.warm, sink,
+                                                   a, b, consts, stream, side));
+            std::printf("\n");
+        }
+        DI_CUDA_CHECK(cudaStreamDestroy(side));
+        DI_CUDA_CHECK(cudaFree(base));
+    }
     for (void* p : {static_cast<void*>(sink), static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(consts)})
         DI_CUDA_CHECK(cudaFree(p));
     DI_CUDA_CHECK(cudaStreamDestroy(stream));

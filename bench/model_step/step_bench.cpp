@@ -3,7 +3,7 @@
 // read over the measured memory bandwidth, and the FLOPs a prefill must do over the measured matrix rate.
 //   step_bench MODEL_DIR [--device cuda] [--load-format random] [--seed S] [--context 4096]
 //              [--decode-batches 1,8,32,128] [--decode-steps 10] [--prefill 1x4096,8x2048] [--repeats 3]
-//              [--bandwidth-gbs 4300] [--matmul-tflops 790] [--threads N] [--json FILE]
+//              [--bandwidth-gbs 4300] [--matmul-tflops 790] [--threads N] [--json FILE] [--hold-ms MS]
 // The floors count weights in their stored formats (FP8 / FP4 / BF16, scales included) and the KV state at
 // bf16 (what the reference keeps); routed experts count the expected number a batch of uniformly routed
 // tokens touches. Decode sequences are forks of one prefilled context, so every batch sees the same history.
@@ -12,8 +12,12 @@
 // layers than uniform routing would; bench/configs/*-uniform-routing hash-routes every layer instead).
 // A decode step is timed as the engine runs an all-greedy step: the logits stay in backend memory and only the
 // picked ids are downloaded (transformers' step likewise leaves its logits on the GPU).
-// With DEEPINFER_CUDA_PROFILE=1 each measurement is followed by its per-op device time (events around every
-// op add host overhead, so the step times of such a run are not the ones to report).
+// With --hold-ms MS each timed decode step is also run behind a busy op on the device (a matmul through the head, timed
+// alone first, long enough to outlast the host's issue of the whole step): "device ms" is that run's time less the
+// busy op's (which lasts at least MS), the step's time with the host out of the way, which is what issuing it as a CUDA
+// graph could at best give. The plain "step ms" stays the figure to report. With DEEPINFER_CUDA_PROFILE=1 each
+// measurement is followed by its per-op device time (events around every op add host overhead, so the step times of
+// such a run are not the ones to report).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -128,6 +132,34 @@ struct Floors {
     }
 };
 
+// A busy op for --hold-ms: the head over `rows` zero rows, rows doubled until it takes at least `ms` (median of 3).
+struct HoldOp {
+    Tensor x, out;
+    int64_t rows = 0;
+    double ms = 0;
+};
+
+HoldOp make_hold(Backend& be, const LinearWeight& head, double ms) {
+    HoldOp h;
+    for (h.rows = 128; h.rows <= 65536; h.rows *= 2) {
+        h.x = be.alloc(DType::kF32, Shape{h.rows, head.cols});
+        h.out = be.alloc(DType::kF32, Shape{h.rows, head.rows});
+        const std::vector<float> zeros(static_cast<size_t>(h.rows * head.cols), 0.0f);
+        be.upload(h.x, zeros.data());
+        std::vector<double> t;
+        for (int r = 0; r < 4; ++r) {
+            be.synchronize();
+            const double s = seconds();
+            be.linear(h.out, h.x, head);
+            be.synchronize();
+            if (r > 0) t.push_back(seconds() - s);
+        }
+        h.ms = median(t) * 1e3;
+        if (h.ms >= ms) break;
+    }
+    return h;
+}
+
 std::vector<int64_t> parse_list(const std::string& s) {
     std::vector<int64_t> out;
     std::stringstream ss(s);
@@ -195,16 +227,18 @@ void print_profile(const std::string& table, const std::string& what, int64_t st
 
 int main(int argc, char** argv) try {
     if (argc < 2) {
-        std::fprintf(stderr, "usage: step_bench MODEL_DIR [--device cuda] [--load-format random] [--context N] "
-                             "[--decode-batches a,b] [--decode-steps N] [--prefill BxL,...] [--repeats R] "
-                             "[--bandwidth-gbs X] [--matmul-tflops X] [--threads N] [--json FILE]\n");
+        std::fprintf(stderr,
+                     "usage: step_bench MODEL_DIR [--device cuda] [--load-format random] [--context N] "
+                     "[--decode-batches a,b] [--decode-steps N] [--prefill BxL,...] [--repeats R] "
+                     "[--bandwidth-gbs X] [--matmul-tflops X] [--threads N] [--json FILE] [--hold-ms MS]\n");
         return 2;
     }
     std::string device = "cpu", json_path;
     LoadOptions load;
     int64_t context = 4096, decode_steps = 10;
     int repeats = 3, threads = 0;
-    double bandwidth_gbs = 4300, matmul_tflops = 790;  // H200 copy bandwidth and bf16 GEMM rate measured here
+    double bandwidth_gbs = 4300, matmul_tflops = 790,
+           hold_ms = 0;  // H200 copy bandwidth and bf16 GEMM rate measured here
     std::vector<int64_t> batches = {1, 8, 32, 128};
     std::vector<std::pair<int64_t, int64_t>> prefills = {{1, 4096}, {8, 2048}};
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -221,6 +255,8 @@ int main(int argc, char** argv) try {
         else if (flag == "--matmul-tflops") matmul_tflops = std::stod(v);
         else if (flag == "--threads") threads = std::stoi(v);
         else if (flag == "--json") json_path = v;
+        else if (flag == "--hold-ms")
+            hold_ms = std::stod(v);
         else DI_THROW("unknown flag ", flag);
     }
 
@@ -243,7 +279,7 @@ int main(int argc, char** argv) try {
 
     if (!batches.empty()) {
         // One context, prefilled in chunks, forked into every decode sequence.
-        const int64_t room = context + decode_steps + 8;
+        const int64_t room = context + (hold_ms > 0 ? 2 : 1) * (decode_steps + 2) + 8;
         auto source = model->new_sequence(room);
         const std::vector<int32_t> prompt = random_tokens(context, vocab, rng);
         t0 = seconds();
@@ -257,26 +293,36 @@ int main(int argc, char** argv) try {
         // whatever exceeds its own time.
         std::printf("%-8s %12s %12s %12s %10s %10s %14s %10s  %s\n", "batch", "step ms", "floor ms", "floor GB",
                     "x floor", "host ms", "routed floor", "x routed", "experts touched by layer");
+        const HoldOp hold = hold_ms > 0 ? make_hold(*backend, v4->weights().head, hold_ms) : HoldOp{};
+        if (hold_ms > 0)
+            std::printf("hold: the head over %lld rows, %.3f ms\n", static_cast<long long>(hold.rows), hold.ms);
         for (int64_t batch : batches) {
             std::vector<std::unique_ptr<ModelSequence>> seqs;
             for (int64_t b = 0; b < batch; ++b) seqs.push_back(model->fork_sequence(*source, room));
             backend->take_profile();  // drop the prefill's and the forks' ops
-            std::vector<double> times, host_times;
+            std::vector<double> times, host_times, device_times;
             for (int64_t step = 0; step < decode_steps + 2; ++step) {
-                const std::vector<int32_t> tokens = random_tokens(batch, vocab, rng);
-                const std::vector<SequenceInput> inputs = decode_inputs(seqs, tokens);
-                backend->synchronize();
-                const double s = seconds();
-                // As the engine runs an all-greedy step: logits stay in device memory, the ids come back.
-                Tensor logits = model->forward_on_backend(inputs);
-                Tensor ids = backend->alloc(DType::kI32, Shape{batch});
-                backend->argmax_rows(ids, logits);
-                const double issued = seconds();
-                std::vector<int32_t> picked(batch);
-                backend->download(picked.data(), ids);  // the step has finished
-                if (step >= 2) {  // two warm-up steps
-                    times.push_back(seconds() - s);
-                    host_times.push_back(issued - s);
+                for (const bool held : {false, true}) {
+                    if (held && hold_ms <= 0) continue;
+                    const std::vector<int32_t> tokens = random_tokens(batch, vocab, rng);
+                    const std::vector<SequenceInput> inputs = decode_inputs(seqs, tokens);
+                    backend->synchronize();
+                    const double s = seconds();
+                    if (held) backend->linear(hold.out, hold.x, v4->weights().head);
+                    // As the engine runs an all-greedy step: logits stay in device memory, the ids come back.
+                    Tensor logits = model->forward_on_backend(inputs);
+                    Tensor ids = backend->alloc(DType::kI32, Shape{batch});
+                    backend->argmax_rows(ids, logits);
+                    const double issued = seconds();
+                    std::vector<int32_t> picked(batch);
+                    backend->download(picked.data(), ids);  // the step has finished
+                    if (step < 2) continue;                 // two warm-up steps
+                    if (held) {
+                        device_times.push_back(seconds() - s - hold.ms * 1e-3);
+                    } else {
+                        times.push_back(seconds() - s);
+                        host_times.push_back(issued - s);
+                    }
                 }
                 if (step == 1) backend->take_profile();  // drop the warm-ups' ops
             }
@@ -295,6 +341,9 @@ int main(int argc, char** argv) try {
             std::printf("%-8lld %12.3f %12.3f %12.3f %10.1f %10.3f %14.3f %10.1f  %s\n", static_cast<long long>(batch),
                         ms, floor_ms, bytes / 1e9, ms / floor_ms, host_ms, routed_ms, ms / routed_ms,
                         per_layer.c_str());
+            if (hold_ms > 0)
+                std::printf("         device ms %.3f (%.1f x floor): behind the hold, the host out of the way\n",
+                            median(device_times) * 1e3, median(device_times) * 1e3 / floor_ms);
             std::fflush(stdout);
             results["decode"].push_back({{"batch", batch},
                                          {"step_ms", ms},
@@ -304,6 +353,7 @@ int main(int argc, char** argv) try {
                                          {"routed_floor_ms", routed_ms},
                                          {"experts_touched", touched},
                                          {"steps", times.size()}});
+            if (hold_ms > 0) results["decode"].back()["device_ms"] = median(device_times) * 1e3;
             print_profile(profile, "decode batch " + std::to_string(batch), decode_steps);
         }
     }

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Per-step figures from a cupti_trace CSV of step_bench's decode steps (bench/trace/cupti_trace.cpp).
+
+A step is the device work between two device-to-host copies (step_bench downloads the picked ids once a step).
+For each step: its span, the time the GPU had no kernel running, and how much of that idle time waited on the
+host (the kernel's launch call had not returned when the GPU ran out of work). For the median step, the time
+each kernel adds to the step ("exposed": its end minus the later of its start and the latest end before it,
+with kernels taken in order of their ends), summed by kernel name.
+
+  decode_timeline.py TRACE.csv [--top 40] [--min-kernels 100]
+"""
+import argparse
+import collections
+import csv
+import re
+import subprocess
+
+
+def short_name(mangled, cache={}):
+    if mangled not in cache:
+        try:
+            out = subprocess.run(["c++filt", mangled], capture_output=True, text=True).stdout.strip()
+        except OSError:
+            out = mangled
+        out = out.replace("(anonymous namespace)::", "").replace("deepinfer::cuda::", "")
+        out = re.sub(r"^void ", "", out)
+        out = re.sub(r"\([^()]*\)$", "", out)  # drop the parameter list
+        cache[mangled] = out[:70]
+    return cache[mangled]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--top", type=int, default=40)
+    ap.add_argument("--min-kernels", type=int, default=100)
+    a = ap.parse_args()
+    dev, api_end = [], {}
+    for r in csv.DictReader(open(a.trace)):
+        s, e = int(r["start_ns"]), int(r["end_ns"])
+        if r["kind"] == "api":
+            api_end[r["correlation"]] = e
+        else:
+            dev.append((s, e, r["kind"], r["name"], r["correlation"], r["stream"]))
+    dev.sort()
+    d2h = [i for i, d in enumerate(dev) if d[2] == "memcpy" and d[3].startswith("kind2")]
+    steps = []
+    for i0, i1 in zip(d2h, d2h[1:]):
+        ks = [d for d in dev[i0 + 1 : i1 + 1]]
+        if sum(1 for d in ks if d[2] == "kernel") >= a.min_kernels:
+            steps.append(ks)
+    print(f"{len(steps)} steps of >= {a.min_kernels} kernels")
+    print(f"{'step us':>9} {'kernels':>8} {'busy us':>9} {'idle us':>9} {'on host':>9}")
+    summaries = []
+    for ks in steps:
+        t0, t1 = ks[0][0], max(d[1] for d in ks)
+        by_end = sorted(ks, key=lambda d: d[1])
+        latest, idle, host_idle = ks[0][0], 0, 0
+        exposed = collections.Counter()
+        calls = collections.Counter()
+        for s, e, kind, name, corr, _ in by_end:
+            if s > latest:  # the GPU had nothing running
+                idle += s - latest
+                if api_end.get(corr, 0) > latest:
+                    host_idle += min(s, api_end[corr]) - latest
+            key = short_name(name) if kind == "kernel" else kind
+            exposed[key] += max(0, e - max(s, latest))
+            calls[key] += 1
+            latest = max(latest, e)
+        span = t1 - t0
+        n = sum(1 for d in ks if d[2] == "kernel")
+        print(f"{span / 1e3:9.1f} {n:8d} {(span - idle) / 1e3:9.1f} {idle / 1e3:9.1f} {host_idle / 1e3:9.1f}")
+        summaries.append((span, exposed, calls, n))
+    if not summaries:
+        return
+    most = max(x[3] for x in summaries)  # decode steps (the prefill's chunks launch fewer kernels)
+    decode = sorted((x for x in summaries if x[3] >= 0.8 * most), key=lambda x: x[0])
+    span, exposed, calls, n = decode[len(decode) // 2]
+    print(f"\nmedian step {span / 1e3:.1f} us, {n} kernels; time added to the step by kernel:")
+    print(f"{'us':>8} {'calls':>6} {'us/call':>8}  kernel")
+    for key, ns in exposed.most_common(a.top):
+        print(f"{ns / 1e3:8.1f} {calls[key]:6d} {ns / 1e3 / calls[key]:8.2f}  {key}")
+    rest = sum(exposed.values()) - sum(ns for _, ns in exposed.most_common(a.top))
+    print(f"{rest / 1e3:8.1f}        (the rest)")
+
+
+if __name__ == "__main__":
+    main()
