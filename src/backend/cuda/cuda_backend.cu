@@ -446,13 +446,20 @@ public:
         hc_mix(pre, post, comb, streams, p);
         hc_collapse(collapsed, streams, pre);
     }
-    // The collapse and the norm in one kernel where it applies (the same arithmetic as hc_collapse + rms_norm).
+    // The collapse and the norm in one kernel where it applies (the same arithmetic as hc_collapse + rms_norm); for
+    // a few tokens, with the mix's finish in that launch too (launch_hc_pre_norm_fused).
     void hc_pre_norm(TensorView normed, TensorView post, TensorView comb, TensorView streams, const HcParams& p,
                      const float* norm_weight, float eps) override {
         const int64_t t = streams.dim(0), d = streams.dim(2);
         DI_ICHECK(streams.ndim() == 3 && streams.dim(1) == p.n && normed.numel() == t * d, "hc_pre_norm shapes");
         if (!cuda::hc_collapse_norm_applies(p.n, d, normed.f32(), streams.f32(), norm_weight)) {
             Backend::hc_pre_norm(normed, post, comb, streams, p, norm_weight, eps);
+            return;
+        }
+        if (cuda::hc_pre_norm_fused_applies(p.n, t, d, normed.f32(), streams.f32(), norm_weight)) {
+            const auto op = profiler_->scope("hc_pre_norm");
+            cuda::launch_hc_pre_norm_fused(normed.f32(), post.f32(), comb.f32(), streams.f32(), t, d, hc_describe(p),
+                                           norm_weight, eps, stream_);
             return;
         }
         Tensor pre = alloc(DType::kF32, Shape{t, p.n});

@@ -23,6 +23,7 @@
 #include <initializer_list>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/norm_rows.cuh"
 #include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::cuda {
@@ -46,6 +47,16 @@ constexpr int kFinishBatch = 32;         // partials a finish thread loads befor
 constexpr int64_t kTcSlabTokens = 16384;
 
 __device__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// The mix logits' scale, 1 / RMS of a token's flattened streams, from their sum of squares `ss` (raw row M).
+__device__ __forceinline__ float mix_inv_rms(float ss, int64_t width, const HcDesc& p) {
+    return 1.0f / sqrtf(ss / static_cast<float>(width) + p.norm_eps);
+}
+
+// pre weight j of a token (n = 4 layout) from its raw mix logit j and mix_inv_rms.
+__device__ __forceinline__ float pre_weight(float raw, float inv, const HcDesc& p, int j) {
+    return sigmoid(raw * inv * p.scale[0] + p.base[j]) + p.hc_eps;
+}
 
 // row[k .. k + 3], zeros past `width`. vec: width % 4 == 0 and rows 16-byte aligned (then k % 4 == 0 keeps a
 // float4 wholly inside or wholly past the row).
@@ -230,9 +241,9 @@ __device__ __forceinline__ void finish_n4(float* __restrict__ pre, float* __rest
     const int lane = threadIdx.x % 32, base = lane & ~15;  // this token's first lane in the warp
     const bool live = tt < nt;
     const float* mix = raw + (live ? tt : 0) * stride;
-    const float inv = 1.0f / sqrtf(mix[2 * n + n * n] / static_cast<float>(width) + p.norm_eps);
+    const float inv = mix_inv_rms(mix[2 * n + n * n], width, p);
     const int64_t t = t0 + tt;
-    if (live && e < n) pre[t * n + e] = sigmoid(mix[e] * inv * p.scale[0] + p.base[e]) + p.hc_eps;
+    if (pre && live && e < n) pre[t * n + e] = pre_weight(mix[e], inv, p, e);
     if (live && e >= n && e < 2 * n)
         post[t * n + e - n] = 2.0f * sigmoid(mix[e] * inv * p.scale[1] + p.base[e]);
     auto row_sum = [&](float v) {  // sum over k of this row, in order
@@ -260,35 +271,37 @@ __device__ __forceinline__ void finish_n4(float* __restrict__ pre, float* __rest
     if (live) comb[t * n * n + e] = c;
 }
 
-// Per token: add the partials (of the chunks, or of the tensor-core dots' splits) in order (threads over (token,
-// virtual row)), then scale by rsqrt(mean square + eps) and make the coefficients: pre/post/comb (16 threads a
-// token for n = 4, else one), or the head's pre only.
+// One raw mix value of a token: the sum of its `chunks` partials src[0], src[stride], ... in chunk order, up to
+// kFinishBatch loaded at once: one memory latency per batch (a decode step's 32 chunks: one, where a loop of
+// dependent adds kept 8 loads in flight and paid four).
+__device__ __forceinline__ float sum_partials(const float* __restrict__ src, int chunks, int stride) {
+    float sum = src[0];
+    for (int ch0 = 1; ch0 < chunks; ch0 += kFinishBatch) {
+        float v[kFinishBatch];
+#pragma unroll
+        for (int q = 0; q < kFinishBatch; ++q) v[q] = ch0 + q < chunks ? src[(ch0 + q) * stride] : 0.0f;
+#pragma unroll
+        for (int q = 0; q < kFinishBatch; ++q)
+            if (ch0 + q < chunks) sum += v[q];
+    }
+    return sum;
+}
+
+// Per token of the block's kFinishTokens (from token block * kFinishTokens): add the partials (of the chunks, or
+// of the tensor-core dots' splits) in order (threads over (token, virtual row)), then scale by rsqrt(mean square +
+// eps) and make the coefficients: pre/post/comb (16 threads a token for n = 4, else one; pre may be null there),
+// or the head's pre only. Any block size of at least 128 threads; raw: shared [8 tokens, M + 1] f32.
 // part: [T, chunks, M + 1] f32 with M = (2 + n) * n, or n for the head.
 template <int N, bool kHead>
-__global__ void __launch_bounds__(128)
-    hc_finish_kernel(float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb,
-                     const float* __restrict__ part, int64_t tokens, int chunks, int64_t width, HcDesc p) {
-    pdl_prologue();  // see pdl.cuh
-    extern __shared__ float raw[];  // [8 tokens, M + 1] f32
+__device__ __forceinline__ void finish_tokens(float* __restrict__ pre, float* __restrict__ post,
+                                              float* __restrict__ comb, const float* __restrict__ part, int64_t tokens,
+                                              int chunks, int64_t width, const HcDesc& p, int block, float* raw) {
     const int n = N > 0 ? N : p.n;
     const int rows = kHead ? n : (2 + n) * n, stride = rows + 1;
-    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kFinishTokens;
+    const int64_t t0 = static_cast<int64_t>(block) * kFinishTokens;
     const int nt = static_cast<int>(min(static_cast<int64_t>(kFinishTokens), tokens - t0));
-    for (int i = threadIdx.x; i < nt * stride; i += blockDim.x) {
-        const float* src = part + (t0 + i / stride) * chunks * stride + i % stride;
-        // Up to kFinishBatch partials loaded at once, then added in chunk order: one memory latency per batch (a
-        // decode step's 32 chunks: one, where a loop of dependent adds kept 8 loads in flight and paid four).
-        float sum = src[0];
-        for (int ch0 = 1; ch0 < chunks; ch0 += kFinishBatch) {
-            float v[kFinishBatch];
-#pragma unroll
-            for (int q = 0; q < kFinishBatch; ++q) v[q] = ch0 + q < chunks ? src[(ch0 + q) * stride] : 0.0f;
-#pragma unroll
-            for (int q = 0; q < kFinishBatch; ++q)
-                if (ch0 + q < chunks) sum += v[q];
-        }
-        raw[i] = sum;
-    }
+    for (int i = threadIdx.x; i < nt * stride; i += blockDim.x)
+        raw[i] = sum_partials(part + (t0 + i / stride) * chunks * stride + i % stride, chunks, stride);
     __syncthreads();
     if constexpr (N == 4 && !kHead) {
         finish_n4(pre, post, comb, raw, t0, nt, stride, width, p);
@@ -296,7 +309,7 @@ __global__ void __launch_bounds__(128)
         if (static_cast<int>(threadIdx.x) >= nt) return;
         const int64_t t = t0 + threadIdx.x;
         float* mix = raw + threadIdx.x * stride;
-        const float inv = 1.0f / sqrtf(mix[rows] / static_cast<float>(width) + p.norm_eps);
+        const float inv = mix_inv_rms(mix[rows], width, p);
         for (int j = 0; j < rows; ++j) mix[j] *= inv;
         if (kHead) {
             for (int j = 0; j < n; ++j) pre[t * n + j] = sigmoid(mix[j] * p.scale[0] + p.base[j]) + p.hc_eps;
@@ -304,6 +317,46 @@ __global__ void __launch_bounds__(128)
             mix_coefficients(pre + t * n, post + t * n, comb + t * n * n, mix, p);
         }
     }
+}
+
+template <int N, bool kHead>
+__global__ void __launch_bounds__(128)
+    hc_finish_kernel(float* __restrict__ pre, float* __restrict__ post, float* __restrict__ comb,
+                     const float* __restrict__ part, int64_t tokens, int chunks, int64_t width, HcDesc p) {
+    pdl_prologue();                 // see pdl.cuh
+    extern __shared__ float raw[];  // [8 tokens, M + 1] f32
+    finish_tokens<N, kHead>(pre, post, comb, part, tokens, chunks, width, p, blockIdx.x, raw);
+}
+
+// A few tokens' (n = 4) finish, collapse and RMSNorm in one launch, with the Sinkhorn off the collapse's path:
+// blocks 0 .. finish_blocks - 1 make post and comb (finish_tokens), and block finish_blocks + r makes token r's
+// four pre weights itself (its raw rows 0..3 and the sum of squares, summed and scaled as finish_tokens does) and
+// then its collapsed, normed row (collapse_norm_row): bitwise hc_finish_kernel<4> then hc_collapse_norm_kernel<4>,
+// with the collapse no longer waiting for the 20 Sinkhorn sweeps (~4.5 us a call at decode on an H200).
+// part: [T, chunks, 25] f32; streams [T, 4, cols] f32; out [T, cols] f32.
+__global__ void __launch_bounds__(kNormThreads)
+    hc_finish_collapse_norm_kernel(float* __restrict__ post, float* __restrict__ comb, float* __restrict__ out,
+                                   const float* __restrict__ part, const float4* __restrict__ streams,
+                                   const float* __restrict__ weight, int64_t tokens, int chunks, int64_t cols,
+                                   float eps, HcDesc p, int finish_blocks) {
+    pdl_prologue();  // see pdl.cuh
+    constexpr int n = 4, stride = (2 + n) * n + 1;
+    __shared__ float raw[kFinishTokens * stride];
+    if (static_cast<int>(blockIdx.x) < finish_blocks) {
+        finish_tokens<4, false>(nullptr, post, comb, part, tokens, chunks, n * cols, p, blockIdx.x, raw);
+        return;
+    }
+    const int64_t r = blockIdx.x - finish_blocks;
+    __shared__ float pre[n];
+    if (threadIdx.x <= n) {  // raw rows 0..3 and the sum of squares (row 24)
+        const int v = threadIdx.x < n ? threadIdx.x : stride - 1;
+        raw[threadIdx.x] = sum_partials(part + r * chunks * stride + v, chunks, stride);
+    }
+    __syncthreads();
+    if (threadIdx.x < n)
+        pre[threadIdx.x] = pre_weight(raw[threadIdx.x], mix_inv_rms(raw[n], n * cols, p), p, threadIdx.x);
+    __syncthreads();
+    collapse_norm_row<n>(out + r * cols, streams + r * n * (cols / 4), pre, weight, n, cols, eps);
 }
 
 __global__ void hc_collapse_kernel(float* __restrict__ out, const float* __restrict__ streams,
@@ -464,6 +517,29 @@ void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, i
                      auto kernel = n == 4 ? hc_finish_kernel<4, false> : hc_finish_kernel<0, false>;
                      launch_pdl(kernel, blocks_for(count, kFinishTokens), 128, smem, stream, pre + t0 * n, post + t0 * n, comb + t0 * n * n, part, count, chunks, width, p);
                  });
+}
+
+bool hc_pre_norm_fused_applies(int64_t n, int64_t rows, int64_t d, const float* out, const float* streams,
+                               const float* weight) {
+    return n == 4 && rows <= kFewTokens && hc_collapse_norm_applies(n, d, out, streams, weight);
+}
+
+void launch_hc_pre_norm_fused(float* out, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
+                              const HcDesc& p, const float* weight, float eps, cudaStream_t stream) {
+    if (rows == 0) return;
+    DI_ICHECK(p.n == 4 && hc_pre_norm_fused_applies(p.n, rows, d, out, streams, weight), "hc_pre_norm_fused: n ", p.n,
+              ", ", rows, " rows, d ", d);
+    constexpr int mix_rows = 24;
+    const int64_t width = 4 * d;
+    const int chunks = chunks_for(width);
+    float* part = scratch_floats(rows * chunks * (mix_rows + 1), stream);  // [rows, chunks, 25] f32
+    launch_dots(part, streams, rows, width, p.fn, mix_rows, stream);
+    const int finish_blocks = static_cast<int>(blocks_for(rows, kFinishTokens));
+    launch_pdl(hc_finish_collapse_norm_kernel, static_cast<unsigned>(finish_blocks + rows), kNormThreads, 0, stream,
+               post, comb, out, part, reinterpret_cast<const float4*>(streams), weight, rows, chunks, d, eps, p,
+               finish_blocks);
+    DI_CUDA_LAUNCH_CHECK();
+    DI_CUDA_CHECK(cudaFreeAsync(part, stream));
 }
 
 void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t d, const HcDesc& p,

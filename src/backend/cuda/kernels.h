@@ -147,6 +147,13 @@ void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, i
 bool hc_collapse_norm_applies(int64_t n, int64_t d, const float* out, const float* streams, const float* weight);
 void launch_hc_collapse_norm(float* out, const float* streams, const float* pre, const float* weight, int64_t rows,
                              int64_t n, int64_t d, float eps, cudaStream_t stream);
+// launch_hc_mix then launch_hc_collapse_norm for a few tokens (n = 4, at most 64 rows: decode) in two launches
+// instead of three, bitwise the same: the collapse computes its token's pre weights itself, alongside the blocks
+// that make post and comb, so it no longer waits for the Sinkhorn. Applies where hc_collapse_norm_applies does.
+bool hc_pre_norm_fused_applies(int64_t n, int64_t rows, int64_t d, const float* out, const float* streams,
+                               const float* weight);
+void launch_hc_pre_norm_fused(float* out, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
+                              const HcDesc& p, const float* weight, float eps, cudaStream_t stream);
 void launch_hc_collapse(float* out, const float* streams, const float* pre, int64_t rows, int64_t n, int64_t d,
                         cudaStream_t stream);
 void launch_hc_post(float* out, const float* y, const float* post, const float* comb, const float* streams,

@@ -1,53 +1,11 @@
 // Row-wise and element-wise kernels: RMSNorm, RoPE, SwiGLU, gated pooling, quantization simulation.
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/norm_rows.cuh"
 #include "backend/cuda/pdl.cuh"
 
 namespace deepinfer::cuda {
 
 namespace {
-
-// The sum of squares of v's floats, in the order every RMSNorm kernel here takes (one expression, so that the
-// compiler contracts it alike everywhere).
-template <int V>
-__device__ __forceinline__ float sum_squares(const float4 (&v)[V]) {
-    float ss = 0;
-#pragma unroll
-    for (int u = 0; u < V; ++u) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
-    return ss;
-}
-
-// A row's float4s i = first + u * step (u < V, i < n4) in registers; returns their sum of squares.
-template <int V>
-__device__ __forceinline__ float load_row(float4 (&v)[V], const float4* __restrict__ xr, int first, int step, int n4) {
-#pragma unroll
-    for (int u = 0; u < V; ++u) {
-        const int i = first + u * step;
-        v[u] = i < n4 ? xr[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    return sum_squares(v);
-}
-
-// The normed float4 i of a row: v * inv, times weight[i] if any.
-__device__ __forceinline__ float4 normed4(const float4& v, float inv, const float* __restrict__ weight, int i) {
-    float4 r = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
-    if (weight) {
-        const float4 w = reinterpret_cast<const float4*>(weight)[i];
-        r = make_float4(w.x * r.x, w.y * r.y, w.z * r.z, w.w * r.w);
-    }
-    return r;
-}
-
-// yr[i] = normed4(v[u]) for the float4s load_row() read.
-template <int V>
-__device__ __forceinline__ void store_normed(float4* __restrict__ yr, const float4 (&v)[V], float inv,
-                                             const float* __restrict__ weight, int first, int step, int n4) {
-#pragma unroll
-    for (int u = 0; u < V; ++u) {
-        const int i = first + u * step;
-        if (i >= n4) break;
-        yr[i] = normed4(v[u], inv, weight, i);
-    }
-}
 
 // RoPE of one interleaved pair (a, b) at `position` with inverse frequency f: rotated by position * f (by its
 // negative for sign -1), cos and sin scaled by af.
@@ -61,8 +19,7 @@ __device__ __forceinline__ void rotate_pair(float& a, float& b, int32_t position
 
 // Rows of up to 4096 aligned floats (the model's): each thread keeps its 16 values in registers, loaded as four
 // float4s at once, so the row is read once with every load in flight (the loop below reads it twice, one
-// dependent load at a time: ~8 us a row at decode).
-constexpr int kNormThreads = 256, kNormVec = 4;
+// dependent load at a time: ~8 us a row at decode). kNormThreads, kNormVec: norm_rows.cuh.
 __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* __restrict__ out, const float* __restrict__ x,
                                                                    const float* __restrict__ weight, int64_t cols,
                                                                    float eps) {
@@ -76,30 +33,15 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_vec_kernel(float* __res
     store_normed(yr, v, inv, weight, threadIdx.x, kNormThreads, n4);
 }
 
-// hc_collapse then RMSNorm, a block per row of up to 4096 aligned floats: row r's float4 i is
-// sum_j pre[r, j] streams[r, j, i] with fmaf from zero in ascending j (hc_collapse_vec_kernel's arithmetic), kept
-// in registers and normed as rms_norm_vec_kernel norms a loaded row, so the output is bitwise the two kernels'
-// without the collapsed row's trip through memory and one launch. N > 0: n known at compile time.
+// hc_collapse then RMSNorm, a block per row (collapse_norm_row, norm_rows.cuh). N > 0: n known at compile time.
 template <int N>
 __global__ void __launch_bounds__(kNormThreads)
     hc_collapse_norm_kernel(float* __restrict__ out, const float4* __restrict__ streams, const float* __restrict__ pre,
                             const float* __restrict__ weight, int n_rt, int64_t cols, float eps) {
     pdl_prologue();  // see pdl.cuh
-    const int n = N > 0 ? N : n_rt, n4 = static_cast<int>(cols / 4);
+    const int n = N > 0 ? N : n_rt;
     const int64_t r = blockIdx.x;
-    const float4* s = streams + r * n * n4;
-    float4 v[kNormVec];
-#pragma unroll
-    for (int u = 0; u < kNormVec; ++u) {
-        const int i = threadIdx.x + u * kNormThreads;
-        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (i < n4) {
-            for (int j = 0; j < n; ++j) acc = fma4v(pre[r * n + j], s[j * n4 + i], acc);
-        }
-        v[u] = acc;
-    }
-    const float inv = 1.0f / sqrtf(block_sum(sum_squares(v)) / static_cast<float>(cols) + eps);
-    store_normed(reinterpret_cast<float4*>(out + r * cols), v, inv, weight, threadIdx.x, kNormThreads, n4);
+    collapse_norm_row<N>(out + r * cols, streams + r * n * (cols / 4), pre + r * n, weight, n, cols, eps);
 }
 
 // Rows of up to 1024 aligned floats (q heads of 512, the 1024 / 512 latents): a warp per row, V float4s a lane,
