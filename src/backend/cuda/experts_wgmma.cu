@@ -62,6 +62,8 @@
 // counts, NaN rows for ids outside [0, E)); launch 0 gathers the slots' token rows by address; the gate/up and down
 // launches run one CTA per SM (at most the bound on their tiles) and read their tile count from device memory; the
 // down epilogue writes each slot's output row by address. Nothing waits for the host, so a CUDA graph could hold it.
+// All four launch with programmatic dependent launch (pdl.cuh), so each one's CTAs are resident when the one before
+// ends (H200, 8-layer decode step: -0.02 / -0.03 ms at batches 8 / 32).
 // Decode tiles hold at most 32 token rows (the decode rings): B is 8 KB a stage instead of 32 KB, and 8 stages fit
 // where prefill has 4; the consumers there are 2 or 4 warpgroups (below).
 // Cost model, UNMEASURED (V4-Flash: D 4096, I 2048, 256 FP4 experts; H200: ~4.3 TB/s, 132 SMs at ~1.9 GHz):
@@ -620,6 +622,7 @@ __global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Par
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     __trap();  // built for another architecture: grouped_experts_wgmma_applies() keeps callers away
 #else
+    pdl_prologue();  // see pdl.cuh
     extern __shared__ uint8_t smem_raw[];
     uint8_t* ring_ptr = smem_raw + ((1024 - (mma::smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t ring = mma::smem_addr(ring_ptr), bars = ring + R::kRingBytes;  // full[kBars], then empty[kBars]
@@ -674,6 +677,7 @@ __global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Par
 // in_rows (non-null): row r of x is at in_rows[r] (the slots' token rows, gathered here rather than copied first).
 __global__ void to_bf16_permuted_kernel(uint16_t* __restrict__ xb, const float* __restrict__ x,
                                         const float* const* __restrict__ in_rows, int64_t rows, int k) {
+    pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     const int per_row = k / 8;
     if (i >= rows * per_row) return;
@@ -712,6 +716,7 @@ struct PlanArgs {
 // contiguous segment of the slots, 32 at a time (a bucket's lanes found with __match_any_sync, ranked by lane), and
 // a bucket's slots from warp w follow those of the warps before it.
 __global__ void __launch_bounds__(kPlanThreads) routed_plan_kernel(const PlanArgs a) {
+    pdl_prologue();  // see pdl.cuh
     extern __shared__ int plan_smem[];
     constexpr int kMaxN = DecodeRing::kMaxN;
     const int E = a.num_experts, B = E + 1;
@@ -821,7 +826,7 @@ void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream) {
     Params q = p;
     q.num_tiles = static_cast<int>(tiles);
     const int grid = static_cast<int>(std::min<int64_t>(tiles, device_sm_count()));
-    experts_wgmma_kernel<kGateUp, R><<<grid, R::kThreads, R::kSmemBytes, stream>>>(q);
+    launch_pdl(experts_wgmma_kernel<kGateUp, R>, grid, R::kThreads, R::kSmemBytes, stream, q);
     DI_CUDA_LAUNCH_CHECK();
 }
 
@@ -914,8 +919,8 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
     DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&xb), static_cast<size_t>(rows * d) * 2, stream));
     DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&h), static_cast<size_t>(rows * inter) * 2, stream));
     const int64_t chunks = rows * d / 8;
-    to_bf16_permuted_kernel<<<static_cast<unsigned>(ceil_div(chunks, 256)), 256, 0, stream>>>(
-        xb, x, in_rows, rows, static_cast<int>(d));
+    launch_pdl(to_bf16_permuted_kernel, static_cast<unsigned>(ceil_div(chunks, 256)), 256, 0, stream, xb, x, in_rows,
+               rows, static_cast<int>(d));
     DI_CUDA_LAUNCH_CHECK();
 
     Params p{};
@@ -985,12 +990,12 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
                           reinterpret_cast<Tile*>(ws + at_t2)};
     uint16_t* xb = reinterpret_cast<uint16_t*>(ws + at_xb);
     uint16_t* h = reinterpret_cast<uint16_t*>(ws + at_h);
-    routed_plan_kernel<<<1, kPlanThreads, plan_smem_bytes(num_experts), stream>>>(
-        PlanArgs{plan, out, x, expert_of_row, rows, d, inter, rows_per_input, num_experts});
+    launch_pdl(routed_plan_kernel, 1, kPlanThreads, plan_smem_bytes(num_experts), stream,
+               PlanArgs{plan, out, x, expert_of_row, rows, d, inter, rows_per_input, num_experts});
     DI_CUDA_LAUNCH_CHECK();
     // Every slot's row, the bad ids' too (their in_rows are valid token rows; no tile reads them).
-    to_bf16_permuted_kernel<<<static_cast<unsigned>(ceil_div(rows * d / 8, 256)), 256, 0, stream>>>(
-        xb, nullptr, plan.in_rows, rows, static_cast<int>(d));
+    launch_pdl(to_bf16_permuted_kernel, static_cast<unsigned>(ceil_div(rows * d / 8, 256)), 256, 0, stream, xb, nullptr,
+               plan.in_rows, rows, static_cast<int>(d));
     DI_CUDA_LAUNCH_CHECK();
 
     Params p{};
