@@ -237,8 +237,8 @@ int main(int argc, char** argv) try {
     LoadOptions load;
     int64_t context = 4096, decode_steps = 10;
     int repeats = 3, threads = 0;
-    double bandwidth_gbs = 4300, matmul_tflops = 790,
-           hold_ms = 0;  // H200 copy bandwidth and bf16 GEMM rate measured here
+    double bandwidth_gbs = 4300, matmul_tflops = 790;  // H200 copy bandwidth and bf16 GEMM rate measured here
+    double hold_ms = 0;                                // --hold-ms: 0 runs no held steps
     std::vector<int64_t> batches = {1, 8, 32, 128};
     std::vector<std::pair<int64_t, int64_t>> prefills = {{1, 4096}, {8, 2048}};
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -255,8 +255,7 @@ int main(int argc, char** argv) try {
         else if (flag == "--matmul-tflops") matmul_tflops = std::stod(v);
         else if (flag == "--threads") threads = std::stoi(v);
         else if (flag == "--json") json_path = v;
-        else if (flag == "--hold-ms")
-            hold_ms = std::stod(v);
+        else if (flag == "--hold-ms") hold_ms = std::stod(v);
         else DI_THROW("unknown flag ", flag);
     }
 
