@@ -3,7 +3,8 @@
 // (device start and end, stream) and every runtime API call (host start and end), both on CUPTI's one clock, and
 // writes them as CSV when the program exits:
 //   kind,start_ns,end_ns,stream,correlation,name
-// kind: kernel / memcpy / memset (device times; name = the kernel's mangled name, or the copy's direction and bytes)
+// kind: kernel / memcpy / memset (device times; name = the kernel's mangled name, quoted, or the copy's direction
+// and bytes)
 // or api (host times of a runtime call; correlation ties a launch to its kernel; name = the callback id).
 // The file is DEEPINFER_TRACE_FILE (default di_trace.csv). Kernels are traced concurrently (not serialised), so
 // programmatic dependent launch and side streams keep their overlap; the cost is a record a call (DEEPINFER_TRACE_API=0
@@ -47,7 +48,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
             case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
             case CUPTI_ACTIVITY_KIND_KERNEL: {
                 const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-                std::snprintf(line, sizeof line, "kernel,%llu,%llu,%u,%u,%s", (unsigned long long)k->start,
+                std::snprintf(line, sizeof line, "kernel,%llu,%llu,%u,%u,\"%s\"", (unsigned long long)k->start,
                               (unsigned long long)k->end, k->streamId, k->correlationId, k->name ? k->name : "?");
                 break;
             }
