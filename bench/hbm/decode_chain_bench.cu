@@ -4,7 +4,8 @@
 // 1. Chains of dependent kernels, each reading what the one before wrote (a ping-pong pair of buffers), as the step's
 //    small ops do: an empty kernel (one warp: the launch and dependency floor), the backend's RMSNorm of one
 //    4096-float row (cuda::launch_rms_norm: a block, 16 KB in and out) and its hc_post of one token (n 4, d 4096:
-//    16 blocks, 80 KB in, 64 KB out). Each chain issued on a stream and captured into a CUDA graph; every launch
+//    16 blocks, 80 KB in, 64 KB out). Each chain issued on a stream as the host gets to it (the host's launch rate
+//    shows), queued behind a spin kernel (the device's own cost a kernel) and captured into a CUDA graph; every launch
 //    goes through pdl.cuh, so programmatic dependent launch is on unless DEEPINFER_CUDA_PDL=0 (run the bench once
 //    each way to compare). Prints us per kernel.
 // 2. One wave of weight reads at one activation row, the fp32 GEMV's pattern (gemv.cu: 256 threads, a row per 8
@@ -22,7 +23,7 @@
 //    real bulk copies into shared memory; against the same reads all aliasing one L2-resident 32 MB buffer (the
 //    best warming could do). Also: the hint issue rate, and one read of a buffer just warmed each way.
 //
-//   decode_chain_bench [--kernels N]   (default 256 kernels a chain)
+//   decode_chain_bench [--kernels N] [--chains-only]   (default 256 kernels a chain; --chains-only: table 1 only)
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -49,12 +50,27 @@ __global__ void empty_kernel(const float* in, float* out) {
     if (threadIdx.x == 0 && in[0] == 12345.0f) out[0] = 1.0f;  // a read of the kernel before's output
 }
 
+// Busy for `ns` nanoseconds of the GPU's global timer: holds a stream while the host queues what follows.
+__global__ void spin_kernel(long long ns) {
+    long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    } while (t - t0 < ns);
+}
+
 // One op of a chain: reads `in`, writes `out` (both 16384 floats), on `stream`.
 using ChainOp = std::function<void(const float* in, float* out, cudaStream_t stream)>;
 
+// How a chain is issued: launched one by one as the host gets to them (kStream: the host's launch rate shows when
+// it is slower than the kernels), launched one by one while a spin kernel holds the stream (kHeld: the whole chain
+// is queued before the GPU reaches it, so the figure is the device's own cost a kernel), or replayed as a graph.
+enum class Issue { kStream, kHeld, kGraph };
+
 // us per kernel of a chain of n ops, best of 5 after a warm-up; graph: captured once, then replayed. Negative
 // where the graph cannot be made (the error printed).
-double time_chain(const ChainOp& op, const char* name, int n, bool graph, float* a, float* b, cudaStream_t stream) {
+double time_chain(const ChainOp& op, const char* name, int n, Issue how, float* a, float* b, cudaStream_t stream) {
+    const bool graph = how == Issue::kGraph;
     auto issue = [&] {
         for (int i = 0; i < n; ++i) op(i % 2 ? b : a, i % 2 ? a : b, stream);
     };
@@ -81,6 +97,25 @@ double time_chain(const ChainOp& op, const char* name, int n, bool graph, float*
         }
     }
     double best = 1e30;
+    if (how == Issue::kHeld) {
+        cudaEvent_t start, stop;
+        DI_CUDA_CHECK(cudaEventCreate(&start));
+        DI_CUDA_CHECK(cudaEventCreate(&stop));
+        for (int rep = 0; rep < 6; ++rep) {
+            spin_kernel<<<1, 32, 0, stream>>>(static_cast<long long>(n) * 20000);  // 20 us a launch to queue
+            DI_CUDA_LAUNCH_CHECK();
+            DI_CUDA_CHECK(cudaEventRecord(start, stream));
+            issue();
+            DI_CUDA_CHECK(cudaEventRecord(stop, stream));
+            DI_CUDA_CHECK(cudaEventSynchronize(stop));
+            float ms = 0;
+            DI_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+            if (rep > 0 && 1000.0 * ms < best) best = 1000.0 * ms;
+        }
+        DI_CUDA_CHECK(cudaEventDestroy(start));
+        DI_CUDA_CHECK(cudaEventDestroy(stop));
+        return best / n;
+    }
     for (int rep = 0; rep < 6; ++rep) {  // the first is a warm-up
         // `stream` is a blocking stream: the default stream's events bracket its work.
         const double us = bench::mean_call_us(1, [&](int) {
@@ -335,7 +370,7 @@ double time_layers(const char* base, int layers, int gap, int64_t window, int64_
     return best;
 }
 
-int run(int n) {
+int run(int n, bool chains_only) {
     cudaStream_t stream;
     DI_CUDA_CHECK(cudaStreamCreate(&stream));  // blocking: ordered with the default stream's timing events
     constexpr int64_t kFloats = 16384;         // a token's 4 streams of 4096
@@ -348,7 +383,7 @@ int run(int n) {
 
     std::printf("chains of %d dependent kernels, us a kernel (best of 5); PDL %s (DEEPINFER_CUDA_PDL)\n", n,
                 pdl_enabled() ? "on" : "off");
-    std::printf("%-42s %10s %10s\n", "kernel", "stream", "graph");
+    std::printf("%-42s %10s %10s %10s\n", "kernel", "stream", "held", "graph");
     const struct {
         const char* name;
         ChainOp op;
@@ -369,9 +404,14 @@ int run(int n) {
     };
     for (const auto& c : chains) {
         std::printf("%-42s", c.name);
-        print_us(time_chain(c.op, c.name, n, false, a, b, stream));
-        print_us(time_chain(c.op, c.name, n, true, a, b, stream));
+        for (const Issue how : {Issue::kStream, Issue::kHeld, Issue::kGraph})
+            print_us(time_chain(c.op, c.name, n, how, a, b, stream));
         std::printf("\n");
+    }
+    if (chains_only) {
+        for (float* p : {a, b, consts}) DI_CUDA_CHECK(cudaFree(p));
+        DI_CUDA_CHECK(cudaStreamDestroy(stream));
+        return 0;
     }
 
     // wo_b's shape: 4096 rows of 8192 bytes (512 chunks), 2 ranks; then 4x and 32x the rows.
@@ -519,16 +559,19 @@ int run(int n) {
 
 int main(int argc, char** argv) {
     int n = 256;
+    bool chains_only = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--kernels") == 0 && i + 1 < argc) {
             n = std::atoi(argv[++i]);
+        } else if (std::strcmp(argv[i], "--chains-only") == 0) {
+            chains_only = true;
         } else {
-            std::fprintf(stderr, "usage: decode_chain_bench [--kernels N]\n");
+            std::fprintf(stderr, "usage: decode_chain_bench [--kernels N] [--chains-only]\n");
             return 2;
         }
     }
     try {
-        return deepinfer::cuda::run(n < 2 ? 2 : n);
+        return deepinfer::cuda::run(n < 2 ? 2 : n, chains_only);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "decode_chain_bench: %s\n", e.what());
         return 1;
