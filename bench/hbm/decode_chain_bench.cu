@@ -138,8 +138,8 @@ constexpr int kThreads = 256, kRows = 32;  // rows a block (a row per 8 lanes)
 // [k slice, (k + 1) slice) of it, lane l8 the chunks l8 + 8 j. Tile layout (tiled): block (k, tile)'s 32 x slice
 // chunks are contiguous, lane t reading chunks t + 256 j. Either way a lane reads slice / 8 chunks, D at a time.
 template <int D>
-__global__ void __launch_bounds__(kThreads)
-    read_rows_kernel(const uint4* __restrict__ w, int64_t row_chunks, int slice, bool tiled, uint4* sink) {
+__device__ __forceinline__ void read_rows(const uint4* __restrict__ w, int64_t row_chunks, int slice, bool tiled,
+                                          uint4* sink) {
     const int l8 = threadIdx.x % 8, g = threadIdx.x / 8;
     const uint4* base;
     int64_t step;
@@ -168,6 +168,12 @@ __global__ void __launch_bounds__(kThreads)
     if ((acc.x & acc.y & acc.z & acc.w) == 0xdeadbeefu) *sink = acc;  // keeps the loads
 }
 
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    read_rows_kernel(const uint4* __restrict__ w, int64_t row_chunks, int slice, bool tiled, uint4* sink) {
+    read_rows<D>(w, row_chunks, slice, tiled, sink);
+}
+
 using ReadKernel = void (*)(const uint4*, int64_t, int, bool, uint4*);
 
 // us per read of `rows` rows of row_chunks chunks (ranks x slice = row_chunks), rotating over the slots; the best
@@ -194,19 +200,7 @@ __global__ void __launch_bounds__(kThreads) read_weight_kernel(const uint4* __re
                                                                int slice, uint4* sink, int* progress, int seq) {
     pdl_prologue();
     if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) *reinterpret_cast<volatile int*>(progress) = seq;
-    const int l8 = threadIdx.x % 8, g = threadIdx.x / 8;
-    const uint4* base =
-        w + (static_cast<int64_t>(blockIdx.y) * kRows + g) * row_chunks + static_cast<int64_t>(blockIdx.x) * slice + l8;
-    const int n = slice / 8;
-    uint4 acc = make_uint4(0, 0, 0, 0);
-    for (int j = 0; j < n; j += 2) {
-        const uint4 v0 = __ldg(base + j * 8), v1 = j + 1 < n ? __ldg(base + (j + 1) * 8) : make_uint4(0, 0, 0, 0);
-        acc.x ^= v0.x ^ v1.x;
-        acc.y ^= v0.y ^ v1.y;
-        acc.z ^= v0.z ^ v1.z;
-        acc.w ^= v0.w ^ v1.w;
-    }
-    if ((acc.x & acc.y & acc.z & acc.w) == 0xdeadbeefu) *sink = acc;
+    read_rows<2>(w, row_chunks, slice, false, sink);
 }
 
 struct WeightRange {
@@ -214,10 +208,23 @@ struct WeightRange {
     int64_t begin, end;  // byte offsets in the whole sequence
 };
 
+// The index of the weight the consumer has started (its published progress) once range r ends within `window` bytes
+// of that weight's start, polled with a back-off so that the polling does not load the L2 slice that holds it; -1
+// after ~1 s without it (a consumer that never comes).
+__device__ int wait_within_window(const WeightRange* weights, const WeightRange& r, const int* progress,
+                                  int64_t window) {
+    const long long t0 = clock64();
+    while (true) {
+        const int j = *reinterpret_cast<const volatile int*>(progress);
+        if (j >= 0 && r.end - weights[j].begin <= window) return j;
+        if (clock64() - t0 > 2000000000LL) return -1;
+        __nanosleep(256);
+    }
+}
+
 // One persistent kernel on a stream of its own: weight k of the sequence is asked of the L2 (bulk prefetches of
 // `chunk` bytes spread over all lanes) once the consumer has started a weight j with end(k) - begin(j) <= window.
-// One thread a block polls the consumer's progress (with a back-off, so that the polling does not load the L2
-// slice that holds it). Gives up after ~1 s without progress (a consumer that never comes).
+// One thread a block polls the consumer's progress (wait_within_window).
 __global__ void l2_prefetcher_kernel(const WeightRange* weights, int count, const int* progress, int64_t window,
                                      int64_t chunk) {
     const int lanes = gridDim.x * blockDim.x, lane = blockIdx.x * blockDim.x + threadIdx.x;
@@ -226,24 +233,11 @@ __global__ void l2_prefetcher_kernel(const WeightRange* weights, int count, cons
     for (int k = 0; k < count; ++k) {
         const WeightRange r = weights[k];
         if (j < 0 || r.end - weights[j].begin > window) {
-            if (threadIdx.x == 0) {
-                const long long t0 = clock64();
-                int v = -1;
-                while (true) {
-                    v = *reinterpret_cast<const volatile int*>(progress);
-                    if (v >= 0 && r.end - weights[v].begin <= window) break;
-                    if (clock64() - t0 > 2000000000LL) {
-                        v = -2;
-                        break;
-                    }
-                    __nanosleep(256);
-                }
-                seen_j = v;
-            }
+            if (threadIdx.x == 0) seen_j = wait_within_window(weights, r, progress, window);
             __syncthreads();
             j = seen_j;
             __syncthreads();
-            if (j == -2) return;
+            if (j < 0) return;
         }
         for (int64_t at = static_cast<int64_t>(lane) * chunk; at < r.end - r.begin;
              at += static_cast<int64_t>(lanes) * chunk) {
@@ -277,12 +271,9 @@ __global__ void l2_warm_kernel(const WeightRange* weights, int count, const int*
     int j = -1;
     for (int k = 0; k < count; ++k) {
         const WeightRange r = weights[k];
-        const long long t0 = clock64();
-        while (j < 0 || r.end - weights[j].begin > window) {
-            j = *reinterpret_cast<const volatile int*>(progress);
-            if (j >= 0 && r.end - weights[j].begin <= window) break;
-            if (clock64() - t0 > 2000000000LL) return;
-            __nanosleep(256);
+        if (j < 0 || r.end - weights[j].begin > window) {
+            j = wait_within_window(weights, r, progress, window);
+            if (j < 0) return;
         }
         for (int64_t at = static_cast<int64_t>(blockIdx.x) * chunk; at < r.end - r.begin;
              at += static_cast<int64_t>(gridDim.x) * chunk, ++issued) {

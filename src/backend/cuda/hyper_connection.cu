@@ -527,8 +527,8 @@ bool hc_pre_norm_fused_applies(int64_t n, int64_t rows, int64_t d, const float* 
 void launch_hc_pre_norm_fused(float* out, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
                               const HcDesc& p, const float* weight, float eps, cudaStream_t stream) {
     if (rows == 0) return;
-    DI_ICHECK(p.n == 4 && hc_pre_norm_fused_applies(p.n, rows, d, out, streams, weight), "hc_pre_norm_fused: n ", p.n,
-              ", ", rows, " rows, d ", d);
+    DI_ICHECK(hc_pre_norm_fused_applies(p.n, rows, d, out, streams, weight), "hc_pre_norm_fused: n ", p.n, ", ", rows,
+              " rows, d ", d);
     constexpr int mix_rows = 24;
     const int64_t width = 4 * d;
     const int chunks = chunks_for(width);
