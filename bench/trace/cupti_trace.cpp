@@ -2,9 +2,9 @@
 // driver itself (CUDA_INJECTION64_PATH=libdi_cupti_trace.so), which records every kernel, memory copy and memset
 // (device start and end, stream) and every runtime API call (host start and end), both on CUPTI's one clock, and
 // writes them as CSV when the program exits:
-//   kind,start_ns,end_ns,stream,correlation,name
+//   kind,start_ns,end_ns,stream,correlation,name,launch
 // kind: kernel / memcpy / memset (device times; name = the kernel's mangled name, quoted, or the copy's direction
-// and bytes)
+// and bytes; launch = a kernel's grid and block, "GXxGYxGZ/BXxBYxBZ", else empty)
 // or api (host times of a runtime call; correlation ties a launch to its kernel; name = the callback id).
 // The file is DEEPINFER_TRACE_FILE (default di_trace.csv). Kernels are traced concurrently (not serialised), so
 // programmatic dependent launch and side streams keep their overlap; the cost is a record a call (DEEPINFER_TRACE_API=0
@@ -48,26 +48,27 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
             case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
             case CUPTI_ACTIVITY_KIND_KERNEL: {
                 const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-                std::snprintf(line, sizeof line, "kernel,%llu,%llu,%u,%u,\"%s\"", (unsigned long long)k->start,
-                              (unsigned long long)k->end, k->streamId, k->correlationId, k->name ? k->name : "?");
+                std::snprintf(line, sizeof line, "kernel,%llu,%llu,%u,%u,\"%s\",%dx%dx%d/%dx%dx%d",
+                              (unsigned long long)k->start, (unsigned long long)k->end, k->streamId, k->correlationId,
+                              k->name ? k->name : "?", k->gridX, k->gridY, k->gridZ, k->blockX, k->blockY, k->blockZ);
                 break;
             }
             case CUPTI_ACTIVITY_KIND_MEMCPY: {
                 const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-                std::snprintf(line, sizeof line, "memcpy,%llu,%llu,%u,%u,kind%u %llu B", (unsigned long long)m->start,
+                std::snprintf(line, sizeof line, "memcpy,%llu,%llu,%u,%u,kind%u %llu B,", (unsigned long long)m->start,
                               (unsigned long long)m->end, m->streamId, m->correlationId, m->copyKind,
                               (unsigned long long)m->bytes);
                 break;
             }
             case CUPTI_ACTIVITY_KIND_MEMSET: {
                 const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-                std::snprintf(line, sizeof line, "memset,%llu,%llu,%u,%u,%llu B", (unsigned long long)m->start,
+                std::snprintf(line, sizeof line, "memset,%llu,%llu,%u,%u,%llu B,", (unsigned long long)m->start,
                               (unsigned long long)m->end, m->streamId, m->correlationId, (unsigned long long)m->bytes);
                 break;
             }
             case CUPTI_ACTIVITY_KIND_RUNTIME: {
                 const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(rec);
-                std::snprintf(line, sizeof line, "api,%llu,%llu,0,%u,%u", (unsigned long long)a->start,
+                std::snprintf(line, sizeof line, "api,%llu,%llu,0,%u,%u,", (unsigned long long)a->start,
                               (unsigned long long)a->end, a->correlationId, a->cbid);
                 break;
             }
@@ -89,7 +90,7 @@ void write_trace() {
         std::perror("cupti_trace: the trace file");
         return;
     }
-    std::fputs("kind,start_ns,end_ns,stream,correlation,name\n", f);
+    std::fputs("kind,start_ns,end_ns,stream,correlation,name,launch\n", f);
     std::lock_guard<std::mutex> lock(g_mutex);
     for (const std::string& r : g_lines) {
         std::fputs(r.c_str(), f);

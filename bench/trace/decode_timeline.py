@@ -7,7 +7,10 @@ host (the kernel's launch call had not returned when the GPU ran out of work). F
 each kernel adds to the step ("exposed": its end minus the later of its start and the latest end before it,
 with kernels taken in order of their ends), summed by kernel name.
 
-  decode_timeline.py TRACE.csv [--top 40] [--min-kernels 100]
+  decode_timeline.py TRACE.csv [--top 40] [--min-kernels 100] [--by-launch]
+
+--by-launch keys kernels by name and launch shape (grid/block, where the trace has it), so that calls of one kernel
+on different sizes are told apart.
 """
 import argparse
 import collections
@@ -34,6 +37,7 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--min-kernels", type=int, default=100)
+    ap.add_argument("--by-launch", action="store_true")
     a = ap.parse_args()
     dev, api_end = [], {}
     for r in csv.DictReader(open(a.trace)):
@@ -41,7 +45,10 @@ def main():
         if r["kind"] == "api":
             api_end[r["correlation"]] = e
         else:
-            dev.append((s, e, r["kind"], r["name"], r["correlation"], r["stream"]))
+            name = r["name"]
+            if a.by_launch and r.get("launch"):
+                name = (name, r["launch"])
+            dev.append((s, e, r["kind"], name, r["correlation"], r["stream"]))
     dev.sort()
     d2h = [i for i, d in enumerate(dev) if d[2] == "memcpy" and d[3].startswith("kind2")]
     steps = []
@@ -63,7 +70,12 @@ def main():
                 idle += s - latest
                 if api_end.get(corr, 0) > latest:
                     host_idle += min(s, api_end[corr]) - latest
-            key = short_name(name) if kind == "kernel" else kind
+            if kind != "kernel":
+                key = kind
+            elif isinstance(name, tuple):
+                key = f"{short_name(name[0])} {name[1]}"
+            else:
+                key = short_name(name)
             exposed[key] += max(0, e - max(s, latest))
             calls[key] += 1
             latest = max(latest, e)
