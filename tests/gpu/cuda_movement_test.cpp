@@ -42,9 +42,10 @@ TEST(CudaMovement, GatherAndScatterMatchTheCpu) {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
     auto gpu = create_backend("cuda", 2);
     std::mt19937 rng(17);
-    // Widths: float4 rows (512, 4096), odd ones (scalar path), a row shorter than the block.
-    for (const int64_t c : {512, 4096, 13, 3}) {
-        const int64_t pool_rows = 300, r = 70001;  // more than 65,535 rows (one block each)
+    // Widths: float4 rows (512, 4096; 128 and 200 / 256, a warp / two a row, 4 / 2 rows a block), odd ones (scalar
+    // path, a warp a row), a row shorter than a warp.
+    for (const int64_t c : {512, 4096, 128, 200, 256, 13, 3}) {
+        const int64_t pool_rows = 300, r = 70001;  // more than 65,535 rows, not a whole number of blocks of 2 or 4
         std::vector<float> pool(static_cast<size_t>(pool_rows * c + 1));
         for (float& v : pool) v = static_cast<float>(rng() % 100000);
         Tensor pool_d = gpu->alloc(DType::kF32, Shape{static_cast<int64_t>(pool.size())});
