@@ -278,10 +278,12 @@ void bench_indexer(int seqs, int rows, int entries, const Options& o) {
     Options fp32 = o;
     fp32.baseline = o.baseline && seqs == 1;
     report("indexer_scores fp32", shape, us, bytes, flops, fp32, old_call, [&] { return max_rel_diff(s, s_old, sn); });
-    const double tc_us = time_us([&] {
-        launch_indexer_scores_tc(s_tc, q, keys, w, t, kIndexHeads, kIndexDim, entries, scale, nullptr, begin_d,
-                                 count_d);
-    }, o.iters);
+    const double tc_us = time_us(
+        [&] {
+            launch_indexer_scores_tc(s_tc, q, keys, w, t, kIndexHeads, kIndexDim, entries, scale, nullptr, begin_d,
+                                     count_d, static_cast<int64_t>(seqs) * entries);
+        },
+        o.iters);
     report_vs("indexer_scores tc", shape, tc_us, bytes, flops, us, max_rel_diff(s_tc, s, sn));
     for (void* p : {static_cast<void*>(q), static_cast<void*>(keys), static_cast<void*>(w), static_cast<void*>(s),
                     static_cast<void*>(s_old), static_cast<void*>(s_tc), static_cast<void*>(begin_d),
@@ -311,5 +313,7 @@ int main(int argc, char** argv) {
         for (int entries : {1024, 16384}) bench_indexer(1, rows, entries, o);
     bench_indexer(1, 2048, 512, o);
     bench_indexer(8, 2048, 512, o);
+    // Decode: one row from each of several sequences, each scoring its own 1024 entries (context 4096).
+    for (int seqs : {8, 32}) bench_indexer(seqs, 1, 1024, o);
     return 0;
 }

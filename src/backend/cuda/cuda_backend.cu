@@ -560,7 +560,7 @@ public:
             const auto op = profiler_->scope("indexer_scores tensor cores");
             cuda::launch_indexer_scores_tc(scores.f32(), q.f32(), keys.f32(), weights.f32(), q.dim(0), q.dim(1),
                                            q.dim(2), scores.dim(1), scale, stream_, key_begin.as<int32_t>(),
-                                           key_count.as<int32_t>());
+                                           key_count.as<int32_t>(), keys.dim(0));
             return;
         }
         const auto op = profiler_->scope("indexer_scores");

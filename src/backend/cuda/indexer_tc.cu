@@ -277,7 +277,7 @@ bool indexer_scores_tc_applies(int64_t heads, int64_t c) {
 
 void launch_indexer_scores_tc(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
                               int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream,
-                              const int32_t* key_begin, const int32_t* key_count) {
+                              const int32_t* key_begin, const int32_t* key_count, int64_t key_rows) {
     DI_ICHECK(indexer_scores_tc_applies(heads, c), "indexer shape ", heads, " x ", c,
               " is outside the tensor-core indexer kernel");
     if (rows * entries == 0) return;
@@ -292,11 +292,16 @@ void launch_indexer_scores_tc(float* scores, const float* q, const float* keys, 
     const int64_t tiles = ceil_div(entries, kWarps * nt * 8);
     // Rows per block: a block stages its first row and its keys before its first products (~1.5 rows of its time),
     // and one block fits an SM, so the cost of a chunk of r rows is (r + 1.5) per wave of blocks. Ties: the larger
-    // chunk (fewer key loads).
+    // chunk (fewer key loads). Where the rows have key ranges of their own (a key table of about a range a row:
+    // decode, each row its sequence's), every row of a chunk reloads its keys and pays the whole staging latency
+    // again, so each row takes a block (H200, decode step at batch 32, rows of 1,024-1,025 entries: chunks of 4 rows
+    // took 50 us a call, of 2 27 us, of 1 20 us).
+    const bool own_keys = key_begin && key_rows > 0 && rows * entries < 2 * key_rows;
     int chunk = 1;
     double best = INFINITY;
     for (int r = 1; r <= kMaxChunk; r *= 2) {
         if (ceil_div(rows, r) > 65535) continue;  // the grid's y limit
+        if (own_keys && best < INFINITY) break;   // the smallest chunk the grid allows
         const double waves = static_cast<double>(ceil_div(tiles * ceil_div(rows, r), sms));
         const double cost = waves * (static_cast<double>(std::min<int64_t>(r, rows)) + 1.5);
         if (cost <= best) best = cost, chunk = r;

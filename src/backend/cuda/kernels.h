@@ -199,9 +199,11 @@ void launch_indexer_scores(float* scores, const float* q, const float* keys, con
 // scores do not depend on the other rows (batch-invariant). Takes up to 256 heads and c up to 512 where the
 // shared memory allows (indexer_scores_tc_applies); any T, E, key ranges and pointer alignment.
 bool indexer_scores_tc_applies(int64_t heads, int64_t c);
+// key_rows (rows form only, 0 if unknown): the rows of the key table, which tell whether rows share key ranges.
 void launch_indexer_scores_tc(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,
                               int64_t heads, int64_t c, int64_t entries, float scale, cudaStream_t stream,
-                              const int32_t* key_begin = nullptr, const int32_t* key_count = nullptr);
+                              const int32_t* key_begin = nullptr, const int32_t* key_count = nullptr,
+                              int64_t key_rows = 0);
 
 void launch_gather_rows(float* dst, const float* const* rows, int64_t r, int64_t c, cudaStream_t stream);
 void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_t c, cudaStream_t stream);
