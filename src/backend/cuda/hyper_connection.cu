@@ -37,7 +37,7 @@ constexpr int kSteps = 4;                // steps per chunk
 constexpr int kChunk = kStep * kSteps;   // 512 floats of width per partial
 constexpr int kTileTokens = 64;          // tokens per block of the tiled kernel (2 per lane)
 constexpr int kTilePad = kStep + 4;      // staged f row stride: rows land 16 bytes apart across banks
-constexpr int kGroupTokens = 8;          // tokens per block of the few-token kernel
+constexpr int kMaxGroupTokens = 4;       // tokens per block of the few-token kernel at most (see launch_dots)
 constexpr int64_t kFewTokens = 64;       // up to this many tokens take the few-token kernel
 constexpr int64_t kWideRowTokens = 512;  // from this many tokens the tiled kernel covers 24 rows per block
 constexpr int64_t kSlabTokens = 4096;    // tokens per partials scratch (13 MB at W = 16384, M = 24)
@@ -77,21 +77,23 @@ __device__ __forceinline__ float fma4(float4 x, float4 w, float acc) {
     return fmaf(x.w, w.w, acc);
 }
 
-// Few tokens (decode). Block (chunk c, group of 8 tokens); warp a computes slice a; lane v owns virtual row v
-// (v == M: sum of squares) and keeps its 64 fn values of the slice in registers for all the group's tokens.
-// The group's f chunk is staged in shared memory while the fn loads are in flight.
+// Few tokens (decode). Block (chunk c, group of G tokens); warp a computes slice a; lane v owns virtual row v
+// (v == M: sum of squares) and keeps its 64 fn values of the slice in registers for all the group's tokens, whose
+// dots it computes together (G independent FMA chains, each token's the same serial chain as alone). The group's f
+// chunk is staged in shared memory while the fn loads are in flight.
 // part: [T, chunks, M + 1] f32; f: [T, W] f32; fn: [M, W] f32.
+template <int G>
 __global__ void __launch_bounds__(kThreads)
     hc_dots_few_kernel(float* __restrict__ part, const float* __restrict__ f, const float* __restrict__ fn,
                        int64_t tokens, int64_t width, int rows, int chunks, bool vec) {
     pdl_prologue();  // see pdl.cuh
     extern __shared__ __align__(16) float smem[];
-    float* fs = smem;                           // [8 tokens, 512] f32: the group's chunk
-    float* red = smem + kGroupTokens * kChunk;  // [8 tokens, 8 slices, M + 1] f32: slice sums
+    float* fs = smem;                // [G tokens, 512] f32: the group's chunk (zeros past the tokens)
+    float* red = smem + G * kChunk;  // [G tokens, 8 slices, M + 1] f32: slice sums
     const int c = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32, stride = rows + 1;
-    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kGroupTokens, k0 = static_cast<int64_t>(c) * kChunk;
-    const int nt = static_cast<int>(min(static_cast<int64_t>(kGroupTokens), tokens - t0));
-    for (int i = threadIdx.x; i < kGroupTokens * kChunk / 4; i += kThreads) {
+    const int64_t t0 = static_cast<int64_t>(blockIdx.y) * G, k0 = static_cast<int64_t>(c) * kChunk;
+    const int nt = static_cast<int>(min(static_cast<int64_t>(G), tokens - t0));
+    for (int i = threadIdx.x; i < G * kChunk / 4; i += kThreads) {
         const int r = i / (kChunk / 4), q = i % (kChunk / 4);
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (r < nt) v = load4(f + (t0 + r) * width, k0 + 4 * q, width, vec);
@@ -108,16 +110,20 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     for (int v = lane; v <= rows; v += 32) {
         if (v != lane) load_row(v);
-        for (int tt = 0; tt < nt; ++tt) {
-            const float* x = fs + tt * kChunk + warp * kPiece;
-            float acc = 0;
+        float acc[G];
 #pragma unroll
-            for (int i = 0; i < kSteps * 4; ++i) {
-                const float4 xv = *reinterpret_cast<const float4*>(x + (i / 4) * kStep + 4 * (i % 4));
-                acc = fma4(xv, v < rows ? w[i] : xv, acc);
+        for (int u = 0; u < G; ++u) acc[u] = 0.f;
+#pragma unroll
+        for (int i = 0; i < kSteps * 4; ++i)
+#pragma unroll
+            for (int u = 0; u < G; ++u) {
+                const float* x = fs + u * kChunk + warp * kPiece + (i / 4) * kStep + 4 * (i % 4);
+                const float4 xv = *reinterpret_cast<const float4*>(x);
+                acc[u] = fma4(xv, v < rows ? w[i] : xv, acc[u]);
             }
-            red[(tt * kWarps + warp) * stride + v] = acc;
-        }
+#pragma unroll
+        for (int u = 0; u < G; ++u)
+            if (u < nt) red[(u * kWarps + warp) * stride + v] = acc[u];
     }
     __syncthreads();
     for (int i = threadIdx.x; i < nt * stride; i += kThreads) {
@@ -459,10 +465,22 @@ void launch_dots(float* part, const float* f, int64_t tokens, int64_t width, con
     const int chunks = chunks_for(width);
     const bool vec =
         width % 4 == 0 && reinterpret_cast<uintptr_t>(f) % 16 == 0 && reinterpret_cast<uintptr_t>(fn) % 16 == 0;
-    const size_t few_smem = (kGroupTokens * kChunk + kGroupTokens * kWarps * (rows + 1)) * sizeof(float);
+    const size_t few_smem = (kMaxGroupTokens * kChunk + kMaxGroupTokens * kWarps * (rows + 1)) * sizeof(float);
     if (tokens <= kFewTokens && few_smem <= 48 * 1024) {
-        const dim3 grid(static_cast<unsigned>(chunks), blocks_for(tokens, kGroupTokens));
-        launch_pdl(hc_dots_few_kernel, grid, kThreads, few_smem, stream, part, f, fn, tokens, width, rows, chunks, vec);
+        // Tokens a block: 1, 2 up to 16 tokens, else 4. The kernel is latency-bound (ncu, 32 tokens in groups of 8:
+        // 128 blocks of 8 warps, 0.27 instructions a cycle a scheduler, 11.4 us), so more blocks of fewer tokens each
+        // beat reading fn once per 8 tokens (fn is 1.5 MB, read from L2 once a group). H200, 8-layer decode step:
+        // 6.7 -> 4.5 us a call at batch 8, 9.7 -> 7.8 at batch 32.
+        const auto launch = [&](auto kernel, int group) {
+            const dim3 grid(static_cast<unsigned>(chunks), blocks_for(tokens, group));
+            launch_pdl(kernel, grid, kThreads, few_smem, stream, part, f, fn, tokens, width, rows, chunks, vec);
+        };
+        if (tokens == 1)
+            launch(hc_dots_few_kernel<1>, 1);
+        else if (tokens <= 16)
+            launch(hc_dots_few_kernel<2>, 2);
+        else
+            launch(hc_dots_few_kernel<kMaxGroupTokens>, kMaxGroupTokens);
     } else {
         // 24 rows per block reads f once for the whole mix; with few tokens, 8 rows per block triples the
         // blocks (f is re-read from L2) so that the grid still fills the GPU.
