@@ -59,15 +59,25 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
 
     // Shared expert over every row, on the side queue: it needs no routing, so it runs alongside the router and
     // the routed experts, whose decode kernels leave SMs and HBM bandwidth unused. Its tensors come from the main
-    // queue before the fork, and `side`, declared after them, joins the queue before they are freed.
+    // queue before the fork, and `side`, declared after them, joins the queue before they are freed. With FP8
+    // activations it quantizes xn in place, so it runs last, on the main queue, once the router and the routed
+    // experts have read xn.
     Tensor g = be.alloc(DType::kF32, Shape{T, w.shared_inter}), u = be.alloc(DType::kF32, Shape{T, w.shared_inter});
     Tensor shared = be.alloc(DType::kF32, Shape{T, D});
+    const ActivationQuant& aq = p.act_quant;
+    auto shared_expert = [&] {
+        if (aq.quantizes(w.shared.w1) && aq.quantizes(w.shared.w3)) aq.apply(be, xn);
+        be.linears(xn, {{g, &w.shared.w1}, {u, &w.shared.w3}});
+        be.swiglu(g, g, u, p.swiglu_limit);
+        if (aq.quantizes(w.shared.w2)) aq.apply(be, g);
+        be.linear(shared, g, w.shared.w2);
+    };
     SideQueue side(be);
-    side.begin();
-    be.linears(xn, {{g, &w.shared.w1}, {u, &w.shared.w3}});
-    be.swiglu(g, g, u, p.swiglu_limit);
-    be.linear(shared, g, w.shared.w2);
-    side.end();
+    if (!aq.on()) {
+        side.begin();
+        shared_expert();
+        side.end();
+    }
 
     // Routing from the router's logits: experts [T, K] from tid2eid (hash) or the top-k of scores + bias, with
     // their weights, each row's slots in ascending expert order.
@@ -134,7 +144,10 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     }
 
     // The weighted routed outputs over the shared expert's.
-    side.join();
+    if (aq.on())
+        shared_expert();
+    else
+        side.join();
     be.moe_combine(out, routed, weight, shared);
 }
 

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "core/tensor.h"
 #include "core/weight.h"
+#include "model/activation_quant.h"
 
 namespace deepinfer {
 
@@ -39,6 +40,7 @@ struct MoeParams {
     double routed_scaling = 1.0;
     float swiglu_limit = 0;   // <= 0: no clamp
     float gate_temp = 1.0f;   // router logits are divided by it before scoring
+    ActivationQuant act_quant;  // the shared expert's FP8 activations (model/activation_quant.h); off by default
 };
 
 // Loads `<prefix>gate.*`, `<prefix>experts.E.w{1,2,3}` and `<prefix>shared_experts.w{1,2,3}`. With
@@ -60,7 +62,8 @@ constexpr int64_t kMoeDeviceSlots = 2048;
 // out [T, D] = sum_k weight_k * expert_k(xn) + shared(xn), in backend memory; tokens [T] I32 (backend memory)
 // are the token ids for hash routing. Each row's routed outputs are summed in ascending expert order,
 // independent of the batch. Routing runs in the backend (moe_route). routed_ids, when given, receives the [T * K]
-// expert ids (downloaded: the host waits for the device, so for diagnostics and benchmarks' untimed steps).
+// expert ids (downloaded: the host waits for the device, so for diagnostics and benchmarks' untimed steps). With
+// p.act_quant on, xn is left quantized.
 void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorView xn, TensorView tokens,
                  TensorView out, std::vector<int32_t>* routed_ids = nullptr);
 

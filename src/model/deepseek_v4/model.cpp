@@ -71,7 +71,11 @@ DeepseekV4Model::DeepseekV4Model(const std::string& dir, const std::string& conf
     info_.weight_bytes = weights_.stored_bytes;
     info_.description = config_.describe();
     state_spec_ = dsv4::state_spec(config_);
-    for (int l = 0; l < config_.num_layers; ++l) moe_params_.push_back(moe_params(config_, l));
+    act_quant_ = ActivationQuant::from_env();
+    for (int l = 0; l < config_.num_layers; ++l) {
+        moe_params_.push_back(moe_params(config_, l));
+        moe_params_.back().act_quant = act_quant_;
+    }
     const std::vector<float> main = rope_inv_freq(config_.main_rope), compress = rope_inv_freq(config_.compress_rope);
     main_inv_freq_ = to_backend(backend_, TensorView(const_cast<float*>(main.data()), DType::kF32,
                                                     Shape{static_cast<int64_t>(main.size())}));
@@ -375,7 +379,16 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         from_x.push_back({igate, &L.indexer.compressor.wgate});
         from_x.push_back({iw, &L.indexer.weights_proj});
     }
-    be.linears(xn, from_x);
+    if (act_quant_.quantizes(L.wq_a) && act_quant_.quantizes(L.wkv)) {
+        // FP8 activations: the BF16 projections from xn as it is, then xn quantized in place for the FP8 ones.
+        const std::vector<Backend::Projection> fp8(from_x.begin(), from_x.begin() + 2),
+            rest(from_x.begin() + 2, from_x.end());
+        if (!rest.empty()) be.linears(xn, rest);
+        act_quant_.apply(be, xn);
+        be.linears(xn, fp8);
+    } else {
+        be.linears(xn, from_x);
+    }
 
     // The queries on the side queue: nothing until the indexer's scores (or the attention) reads them, so their
     // projection overlaps the K=V row, the compressors and the key lists below. `side` is declared after the
@@ -388,6 +401,8 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // Queries: from the normed latent, per-head unweighted RMS, RoPE on the last dims.
     std::vector<Backend::Projection> from_cq = {{q.view().reshape(Shape{T, H * d}), &L.wq_b}};
     if (L.has_indexer) from_cq.push_back({iq.view().reshape(Shape{T, hi * di}), &L.indexer.wq_b});
+    if (act_quant_.quantizes(L.wq_b) && (!L.has_indexer || act_quant_.quantizes(L.indexer.wq_b)))
+        act_quant_.apply(be, cq);
     be.linears(cq, from_cq);
     be.rms_norm_rope(q, nullptr, c.rms_eps, pos, inv_freq, rope.dim, af);
     if (L.has_indexer) {
@@ -541,7 +556,10 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // Undo the rotation that V (= K) carried into the output, then the grouped low-rank projection.
     be.rope(o, pos, inv_freq, rope.dim, af, true);
     Tensor z = alloc(Shape{T, static_cast<int64_t>(c.o_groups) * c.o_lora_rank});
-    be.grouped_linear(z, o.view().reshape(Shape{T, H * d}), L.wo_a, c.o_groups);
+    const TensorView o_rows = o.view().reshape(Shape{T, H * d});
+    if (act_quant_.quantizes(L.wo_a)) act_quant_.apply(be, o_rows);  // each group's columns, a multiple of the block
+    be.grouped_linear(z, o_rows, L.wo_a, c.o_groups);
+    if (act_quant_.quantizes(L.wo_b)) act_quant_.apply(be, z);
     be.linear(out, z, L.wo_b);
 }
 

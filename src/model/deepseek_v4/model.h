@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "model/activation_quant.h"
 #include "model/deepseek_v4/config.h"
 #include "model/deepseek_v4/state.h"
 #include "model/deepseek_v4/weights.h"
@@ -67,6 +68,7 @@ private:
     std::vector<std::vector<int32_t>>* routing_sink_ = nullptr;  // record_routing()
     StateSpec state_spec_;
     std::vector<MoeParams> moe_params_;
+    ActivationQuant act_quant_;  // FP8 activations for the FP8 products (DEEPINFER_FP8_ACTIVATIONS; off by default)
     std::vector<Tensor> device_weights_;         // the weights' copies in backend memory (device backends)
     Tensor main_inv_freq_, compress_inv_freq_;   // [rope_dim / 2] in backend memory
     Tensor zero_row_, neg_inf_row_;              // constant rows for empty compressor slots

@@ -1,0 +1,22 @@
+#include "model/activation_quant.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "deepinfer/error.h"
+
+namespace deepinfer {
+
+ActivationQuant ActivationQuant::from_env() {
+    const char* v = std::getenv("DEEPINFER_FP8_ACTIVATIONS");
+    const std::string s = v ? v : "";
+    DI_CHECK(s.empty() || s == "0" || s == "1", "DEEPINFER_FP8_ACTIVATIONS must be 0 or 1, not '", s, "'");
+    return ActivationQuant{s == "1" ? 128 : 0};
+}
+
+void ActivationQuant::apply(Backend& be, TensorView x) const {
+    DI_ICHECK(on() && x.dim(-1) % block == 0, "activation quantization: ", x.shape().str(), " in blocks of ", block);
+    be.fake_quantize(x, QuantSim::kFp8Ue8m0, block);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,82 @@
+// FP8 activations for the FP8 products (model/activation_quant.h): the switch, which products it takes, and the
+// values it leaves, worked out by hand from the reference's act_quant (e4m3, scale 2^ceil(log2(amax / 448)) per block
+// of 128 columns, amax at least 1e-4).
+#include "model/activation_quant.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "backend/backend.h"
+#include "deepinfer/error.h"
+#include "support/scoped_env.h"
+
+namespace deepinfer {
+namespace {
+
+using testing_support::ScopedEnv;
+
+TEST(ActivationQuant, SwitchFromTheEnvironment) {
+    {
+        ScopedEnv env("DEEPINFER_FP8_ACTIVATIONS", nullptr);
+        EXPECT_FALSE(ActivationQuant::from_env().on());
+    }
+    {
+        ScopedEnv env("DEEPINFER_FP8_ACTIVATIONS", "0");
+        EXPECT_FALSE(ActivationQuant::from_env().on());
+    }
+    {
+        ScopedEnv env("DEEPINFER_FP8_ACTIVATIONS", "1");
+        EXPECT_EQ(ActivationQuant::from_env().block, 128);
+    }
+    for (const char* bad : {"yes", "2", "128", " 1"}) {
+        ScopedEnv env("DEEPINFER_FP8_ACTIVATIONS", bad);
+        EXPECT_THROW(ActivationQuant::from_env(), Error) << bad;
+    }
+}
+
+TEST(ActivationQuant, TakesFp8ProductsWhoseInputsFillWholeBlocks) {
+    const ActivationQuant on{128}, off{};
+    LinearWeight fp8;
+    fp8.format = WeightFormat::kFp8Block;
+    fp8.cols = 256;
+    EXPECT_TRUE(on.quantizes(fp8));
+    EXPECT_FALSE(off.quantizes(fp8));
+    fp8.cols = 200;
+    EXPECT_FALSE(on.quantizes(fp8));
+    LinearWeight bf16;
+    bf16.cols = 256;
+    EXPECT_FALSE(on.quantizes(bf16));
+    LinearWeight fp4;
+    fp4.format = WeightFormat::kFp4Group;
+    fp4.cols = 256;
+    EXPECT_FALSE(on.quantizes(fp4));
+}
+
+TEST(ActivationQuant, ValuesAsTheReferenceQuantizesThem) {
+    auto be = create_backend("cpu", 1);
+    // Two rows of two blocks. Row 0, block 0: amax 56 -> scale 56 x fp32(1 / 448) = 2^-3 (rounded exactly there);
+    // block 1: amax 1e-6 < 1e-4 -> scale 2^ceil(log2(1e-4 / 448)) = 2^-22. Row 1: amax 449 -> scale 2; its second
+    // block zeros (they stay zeros).
+    std::vector<float> x(2 * 256, 0.0f), want(2 * 256, 0.0f);
+    auto set = [&](int row, int col, float v, float q) { x[row * 256 + col] = v, want[row * 256 + col] = q; };
+    set(0, 0, 56.0f, 56.0f);                         // 448 x 2^-3
+    set(0, 1, 1.06f, 1.0f);                          // 8.48 x 2^-3: step 1 in [8, 16) -> 8
+    set(0, 2, -3.3f, -3.25f);                        // -26.4: step 2 in [16, 32) -> -26
+    set(0, 3, 0.001f, 0.0009765625f);                // 0.008: subnormal, step 2^-9 -> 4 x 2^-9
+    set(0, 4, 1.0625f, 1.0f);                        // 8.5: a tie, to the even code 8
+    set(0, 128, 1e-6f, 9.5367431640625e-07f);        // 4.19 x 2^-22: step 0.5 in [4, 8) -> 4 x 2^-22
+    set(0, 129, -3e-7f, -2.98023223876953125e-07f);  // -1.26 x 2^-22: step 0.125 in [1, 2) -> -1.25 x 2^-22
+    set(1, 0, 449.0f, 448.0f);                       // 224.5 x 2: step 16 in [128, 256) -> 224
+    set(1, 1, 7.0f, 7.0f);                           // 3.5: exact
+    set(1, 2, 7.3f, 7.5f);                           // 3.65: step 0.25 in [2, 4) -> 3.75
+    Tensor t = be->alloc(DType::kF32, Shape{2, 256});
+    be->upload(t, x.data());
+    ActivationQuant{128}.apply(*be, t.view());
+    std::vector<float> got(x.size());
+    be->download(got.data(), t);
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "row " << i / 256 << " col " << i % 256;
+}
+
+}  // namespace
+}  // namespace deepinfer
