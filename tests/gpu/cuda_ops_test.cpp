@@ -360,13 +360,17 @@ TEST_F(CudaOps, RmsNormRopeSwigluGatedPool) {
     EXPECT_LE(rel_error(fetch(out), values(ref)), kBound);
 }
 
+// V4.1's steps (blocks of 16 and 32) and the V4 model's FP8 activations (blocks of 128, DEEPINFER_FP8_ACTIVATIONS).
 TEST_F(CudaOps, FakeQuantizeIsBitwiseTheCpuRecipe) {
-    for (auto [kind, block] : {std::pair{QuantSim::kFp8Ue8m0, 32}, {QuantSim::kFp4E4m3, 16}, {QuantSim::kFp4Ue8m0, 32}}) {
-        Tensor x = host(randn(64 * 96, 2.0f), Shape{64, 96});
+    for (auto [kind, block] : {std::pair{QuantSim::kFp8Ue8m0, 32},
+                               {QuantSim::kFp4E4m3, 16},
+                               {QuantSim::kFp4Ue8m0, 32},
+                               {QuantSim::kFp8Ue8m0, 128}}) {
+        Tensor x = host(randn(64 * 384, 2.0f), Shape{64, 384});
         Tensor ref = host(values(x), x.shape()), out = device(x);
         cpu_->fake_quantize(ref, kind, block);
         gpu_->fake_quantize(out, kind, block);
-        EXPECT_EQ(fetch(out), values(ref)) << "kind " << static_cast<int>(kind);
+        EXPECT_EQ(fetch(out), values(ref)) << "kind " << static_cast<int>(kind) << ", block " << block;
     }
 }
 
