@@ -23,6 +23,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/device_fill.cuh"
 #include "common/event_timing.cuh"
 
 namespace {
@@ -37,36 +38,10 @@ namespace {
         }                                                                                                   \
     } while (0)
 
-__device__ uint32_t mix(uint64_t i, uint32_t seed) {
-    uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (seed * 40503u + static_cast<uint32_t>(i >> 32));
-    h ^= h >> 15;
-    h *= 2246822519u;
-    return h ^ (h >> 13);
-}
-
-// e4m3 bytes without the NaN codes; fp32 powers of two 2^-8 .. 2^-1; bf16 in [-1, 1); fp32 activations in [-4, 4)
-// with a few rows' blocks near the 1e-4 floor.
-__global__ void fill_kernel(void* p, int64_t n, int kind, uint32_t seed) {
-    const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
-        const uint32_t h = mix(static_cast<uint64_t>(i), seed);
-        if (kind == 0) {
-            uint8_t b = static_cast<uint8_t>(h);
-            if ((b & 0x7f) == 0x7f) b ^= 1;
-            static_cast<uint8_t*>(p)[i] = b;
-        } else if (kind == 1) {
-            static_cast<float*>(p)[i] = ldexpf(1.0f, -1 - static_cast<int>(h % 8));
-        } else if (kind == 2) {
-            static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(static_cast<float>(h % 2048) / 1024.0f - 1.0f);
-        } else {
-            const float v = static_cast<float>(h % 8192) / 1024.0f - 4.0f;
-            static_cast<float*>(p)[i] = (i / 128) % 97 == 5 ? v * 1e-6f : v;
-        }
-    }
-}
-void fill(void* p, int64_t n, int kind, uint32_t seed) {
-    fill_kernel<<<1024, 256>>>(p, n, kind, seed);
-    CHECK(cudaGetLastError());
+// The weights' E8M0 scale bytes as the fp32 scales cuBLASLt takes: 2^(e - 127).
+__global__ void e8m0_to_f32_kernel(float* dst, const uint8_t* e, int64_t n) {
+    const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+    if (i < n) dst[i] = ldexpf(1.0f, static_cast<int>(e[i]) - 127);
 }
 
 // X [T, K] fp32 -> q [T, K] e4m3 and s [T, K / 128] fp32, a thread a (row, block).
@@ -219,7 +194,7 @@ int main(int argc, char** argv) {
     for (const Shape& s : shapes) {
         const int64_t t = rows, n = s.n, k = s.k, kb = k / 128, nb = (n + 127) / 128;
         float *x, *sx, *sw, *sw_t, *d32;
-        uint8_t *xq, *wq;
+        uint8_t *xq, *wq, *sw_e8m0;
         __nv_bfloat16 *xb, *wb;
         double* ref;
         CHECK(cudaMalloc(&x, t * k * 4));
@@ -227,16 +202,19 @@ int main(int argc, char** argv) {
         CHECK(cudaMalloc(&sx, t * kb * 4));
         CHECK(cudaMalloc(&wq, n * k));
         CHECK(cudaMalloc(&sw, nb * kb * 4));
+        CHECK(cudaMalloc(&sw_e8m0, nb * kb));
         CHECK(cudaMalloc(&sw_t, nb * kb * 4));
         CHECK(cudaMalloc(&d32, t * n * 4));
         CHECK(cudaMalloc(&xb, t * k * 2));
         CHECK(cudaMalloc(&wb, n * k * 2));
         CHECK(cudaMalloc(&ref, kChecked * n * 8));
-        fill(x, t * k, 3, 1);
-        fill(wq, n * k, 0, 2);
-        fill(sw, nb * kb, 1, 3);
-        fill(xb, t * k, 2, 4);
-        fill(wb, n * k, 2, 5);
+        using namespace deepinfer::bench;
+        fill_device(x, t * k * 4, kFillF32, 1);
+        fill_device(wq, n * k, kFillE4m3, 2);
+        fill_device(sw_e8m0, nb * kb, kFillE8m0, 3);
+        fill_device(xb, t * k * 2, kFillBf16, 4);
+        fill_device(wb, n * k * 2, kFillBf16, 5);
+        e8m0_to_f32_kernel<<<static_cast<unsigned>((nb * kb + 255) / 256), 256>>>(sw, sw_e8m0, nb * kb);
         quantize_kernel<<<static_cast<unsigned>((t * kb + 255) / 256), 256>>>(x, xq, sx, t, k);
         reference_kernel<<<static_cast<unsigned>((kChecked * n + 255) / 256), 256>>>(ref, xq, sx, wq, sw, n, k,
                                                                                      kChecked);

@@ -19,44 +19,15 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "common/device_fill.cuh"
 #include "common/event_timing.cuh"
 
 namespace {
 
+using deepinfer::bench::device_fill;
 using deepinfer::cuda::WeightDesc;
 
 #define CHECK(expr) DI_CUDA_CHECK(expr)
-
-// Deterministic finite contents by byte index: kind 0 f32 in [-1, 1), 1 bf16 in +-[0.5, 1), 2 e4m3 without NaN,
-// 3 packed e2m1, 4 E8M0 scales 2^-8 .. 2^-1.
-__global__ void fill(uint8_t* p, int64_t bytes, int kind, uint32_t seed) {
-    const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-    for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < bytes; i += stride) {
-        uint32_t h = static_cast<uint32_t>(i) * 2654435761u ^ (seed * 40503u + static_cast<uint32_t>(i >> 32));
-        h ^= h >> 15;
-        h *= 2246822519u;
-        h ^= h >> 13;
-        if (kind == 0) {
-            if (i % 4 == 0) *reinterpret_cast<float*>(p + i) = static_cast<float>(h % 2048) / 1024.0f - 1.0f;
-        } else if (kind == 1) {
-            if (i % 2 == 0) *reinterpret_cast<uint16_t*>(p + i) = static_cast<uint16_t>((h & 0x807f) | 0x3f00);
-        } else if (kind == 2) {
-            p[i] = static_cast<uint8_t>(h & 0xbf);  // exponent < 8: no NaN
-        } else if (kind == 3) {
-            p[i] = static_cast<uint8_t>(h);
-        } else {
-            p[i] = static_cast<uint8_t>(119 + h % 8);
-        }
-    }
-}
-
-void* device_fill(int64_t bytes, int kind, uint32_t seed) {
-    void* p = nullptr;
-    CHECK(cudaMalloc(&p, bytes));
-    fill<<<2048, 256>>>(static_cast<uint8_t*>(p), bytes, kind, seed);
-    DI_CUDA_LAUNCH_CHECK();
-    return p;
-}
 
 struct Case {
     const char* name;

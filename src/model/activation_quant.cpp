@@ -19,4 +19,21 @@ void ActivationQuant::apply(Backend& be, TensorView x) const {
     be.fake_quantize(x, QuantSim::kFp8Ue8m0, block);
 }
 
+void ActivationQuant::linears(Backend& be, TensorView x, const std::vector<Backend::Projection>& ps) const {
+    std::vector<Backend::Projection> plain, quantized;
+    for (const Backend::Projection& p : ps) (quantizes(*p.w) ? quantized : plain).push_back(p);
+    if (quantized.empty()) {
+        be.linears(x, ps);
+        return;
+    }
+    if (!plain.empty()) be.linears(x, plain);
+    apply(be, x);
+    be.linears(x, quantized);
+}
+
+void ActivationQuant::linear(Backend& be, TensorView out, TensorView x, const LinearWeight& w) const {
+    if (quantizes(w)) apply(be, x);
+    be.linear(out, x, w);
+}
+
 }  // namespace deepinfer

@@ -7,6 +7,8 @@
 // is 0.5%. The routed experts' inputs are not quantized (measured: no effect on that perplexity either way).
 #pragma once
 
+#include <vector>
+
 #include "backend/backend.h"
 #include "core/weight.h"
 
@@ -26,6 +28,11 @@ struct ActivationQuant {
     }
     // Quantizes x [rows, cols] in place (each row's blocks of `block` columns; cols a multiple of block).
     void apply(Backend& be, TensorView x) const;
+    // be.linears(x, ps) with the products that quantize their input taking it quantized: the others first, from x
+    // as it is, then x quantized in place for the rest (x is left quantized when any product quantizes).
+    void linears(Backend& be, TensorView x, const std::vector<Backend::Projection>& ps) const;
+    // be.linear(out, x, w), x quantized in place first where the product quantizes its input.
+    void linear(Backend& be, TensorView out, TensorView x, const LinearWeight& w) const;
 };
 
 }  // namespace deepinfer

@@ -66,11 +66,9 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     Tensor shared = be.alloc(DType::kF32, Shape{T, D});
     const ActivationQuant& aq = p.act_quant;
     auto shared_expert = [&] {
-        if (aq.quantizes(w.shared.w1) && aq.quantizes(w.shared.w3)) aq.apply(be, xn);
-        be.linears(xn, {{g, &w.shared.w1}, {u, &w.shared.w3}});
+        aq.linears(be, xn, {{g, &w.shared.w1}, {u, &w.shared.w3}});
         be.swiglu(g, g, u, p.swiglu_limit);
-        if (aq.quantizes(w.shared.w2)) aq.apply(be, g);
-        be.linear(shared, g, w.shared.w2);
+        aq.linear(be, shared, g, w.shared.w2);
     };
     SideQueue side(be);
     if (!aq.on()) {

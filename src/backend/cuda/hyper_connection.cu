@@ -465,15 +465,16 @@ void launch_dots(float* part, const float* f, int64_t tokens, int64_t width, con
     const int chunks = chunks_for(width);
     const bool vec =
         width % 4 == 0 && reinterpret_cast<uintptr_t>(f) % 16 == 0 && reinterpret_cast<uintptr_t>(fn) % 16 == 0;
-    const size_t few_smem = (kMaxGroupTokens * kChunk + kMaxGroupTokens * kWarps * (rows + 1)) * sizeof(float);
-    if (tokens <= kFewTokens && few_smem <= 48 * 1024) {
+    // Shared memory of the few-token kernel for groups of g tokens: their chunk and slice sums.
+    const auto few_smem = [&](int g) { return (g * kChunk + g * kWarps * (rows + 1)) * sizeof(float); };
+    if (tokens <= kFewTokens && few_smem(kMaxGroupTokens) <= 48 * 1024) {
         // Tokens a block: 1, 2 up to 16 tokens, else 4. The kernel is latency-bound (ncu, 32 tokens in groups of 8:
         // 128 blocks of 8 warps, 0.27 instructions a cycle a scheduler, 11.4 us), so more blocks of fewer tokens each
         // beat reading fn once per 8 tokens (fn is 1.5 MB, read from L2 once a group). H200, 8-layer decode step:
         // 6.7 -> 4.5 us a call at batch 8, 9.7 -> 7.8 at batch 32.
         const auto launch = [&](auto kernel, int group) {
             const dim3 grid(static_cast<unsigned>(chunks), blocks_for(tokens, group));
-            launch_pdl(kernel, grid, kThreads, few_smem, stream, part, f, fn, tokens, width, rows, chunks, vec);
+            launch_pdl(kernel, grid, kThreads, few_smem(group), stream, part, f, fn, tokens, width, rows, chunks, vec);
         };
         if (tokens == 1)
             launch(hc_dots_few_kernel<1>, 1);

@@ -379,16 +379,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         from_x.push_back({igate, &L.indexer.compressor.wgate});
         from_x.push_back({iw, &L.indexer.weights_proj});
     }
-    if (act_quant_.quantizes(L.wq_a) && act_quant_.quantizes(L.wkv)) {
-        // FP8 activations: the BF16 projections from xn as it is, then xn quantized in place for the FP8 ones.
-        const std::vector<Backend::Projection> fp8(from_x.begin(), from_x.begin() + 2),
-            rest(from_x.begin() + 2, from_x.end());
-        if (!rest.empty()) be.linears(xn, rest);
-        act_quant_.apply(be, xn);
-        be.linears(xn, fp8);
-    } else {
-        be.linears(xn, from_x);
-    }
+    act_quant_.linears(be, xn, from_x);  // with FP8 activations: the BF16 projections first, then xn quantized
 
     // The queries on the side queue: nothing until the indexer's scores (or the attention) reads them, so their
     // projection overlaps the K=V row, the compressors and the key lists below. `side` is declared after the
@@ -401,9 +392,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // Queries: from the normed latent, per-head unweighted RMS, RoPE on the last dims.
     std::vector<Backend::Projection> from_cq = {{q.view().reshape(Shape{T, H * d}), &L.wq_b}};
     if (L.has_indexer) from_cq.push_back({iq.view().reshape(Shape{T, hi * di}), &L.indexer.wq_b});
-    if (act_quant_.quantizes(L.wq_b) && (!L.has_indexer || act_quant_.quantizes(L.indexer.wq_b)))
-        act_quant_.apply(be, cq);
-    be.linears(cq, from_cq);
+    act_quant_.linears(be, cq, from_cq);
     be.rms_norm_rope(q, nullptr, c.rms_eps, pos, inv_freq, rope.dim, af);
     if (L.has_indexer) {
         be.rope(iq, pos, compress_inv_freq_.f32(), c.compress_rope.dim,
@@ -559,8 +548,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     const TensorView o_rows = o.view().reshape(Shape{T, H * d});
     if (act_quant_.quantizes(L.wo_a)) act_quant_.apply(be, o_rows);  // each group's columns, a multiple of the block
     be.grouped_linear(z, o_rows, L.wo_a, c.o_groups);
-    if (act_quant_.quantizes(L.wo_b)) act_quant_.apply(be, z);
-    be.linear(out, z, L.wo_b);
+    act_quant_.linear(be, out, z, L.wo_b);
 }
 
 }  // namespace deepinfer::dsv4
