@@ -2,6 +2,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/norm_rows.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/quant_math.cuh"
 
 namespace deepinfer::cuda {
 
@@ -157,27 +158,7 @@ __global__ void gated_pool_kernel(float* __restrict__ out, const float* __restri
     out[i] = acc / denom;
 }
 
-// The QAT recipes of backend/cpu/quant_sim.cpp, element for element.
-__device__ float pow2_ceil(float r) {
-    const uint32_t bits = __float_as_uint(r);
-    const int e = static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
-    return __uint_as_float(static_cast<uint32_t>(e + 127) << 23);
-}
-
-__device__ float round_e4m3(float x) {
-    const float a = fabsf(x);
-    if (!(a < 448.0f)) return copysignf(isnan(a) ? a : 448.0f, x);
-    float step;
-    if (a < 0.015625f) {
-        step = 0.001953125f;
-    } else {
-        int e;
-        frexpf(a, &e);
-        step = ldexpf(1.0f, e - 4);
-    }
-    return copysignf(rintf(a / step) * step, x);
-}
-
+// The QAT recipes of backend/cpu/quant_sim.cpp, element for element (FP8's in quant_math.cuh).
 __device__ float round_e2m1(float v) {
     const float kGrid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     const float mag = fabsf(v);
@@ -187,19 +168,24 @@ __device__ float round_e2m1(float v) {
     return v < 0 ? -q : (v > 0 ? q : 0.0f * v);
 }
 
+// A warp per block of `block` elements, lane i taking elements i, i + 32, ... (coalesced); the maximum by shuffles
+// (fmaxf in any order is the CPU's serial maximum, NaN ignored alike), then each element as the CPU rounds it.
 __global__ void fake_quantize_kernel(float* __restrict__ x, int64_t blocks, int block, int kind) {
-    const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32;
     if (b >= blocks) return;
     float* v = x + b * block;
     float amax = 0;
-    for (int i = 0; i < block; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    for (int i = lane; i < block; i += 32) amax = fmaxf(amax, fabsf(v[i]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     if (kind == 0) {
-        const float s = pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
-        for (int i = 0; i < block; ++i) v[i] = round_e4m3(fminf(fmaxf(v[i] / s, -448.0f), 448.0f)) * s;
+        const float s = fp8_block_scale(amax);
+        for (int i = lane; i < block; i += 32) v[i] = fp8_code_float(fp8_code(v[i], s)) * s;
     } else {
         const float s = kind == 1 ? round_e4m3(fmaxf(amax, 6.0f * 0.001953125f) / 6.0f)
                                   : pow2_ceil(fmaxf(amax, 6.0f * 1.17549435e-38f) * (1.0f / 6.0f));
-        for (int i = 0; i < block; ++i) v[i] = round_e2m1(fminf(fmaxf(v[i] / s, -6.0f), 6.0f)) * s;
+        for (int i = lane; i < block; i += 32) v[i] = round_e2m1(fminf(fmaxf(v[i] / s, -6.0f), 6.0f)) * s;
     }
 }
 
@@ -292,7 +278,7 @@ void launch_gated_pool(float* out, const float* kv, const float* gate, int64_t e
 void launch_fake_quantize(float* x, int64_t n, int block, int kind, cudaStream_t stream) {
     const int64_t blocks = n / block;
     if (blocks == 0) return;
-    fake_quantize_kernel<<<blocks_for(blocks, 128), 128, 0, stream>>>(x, blocks, block, kind);
+    fake_quantize_kernel<<<blocks_for(blocks * 32, 256), 256, 0, stream>>>(x, blocks, block, kind);
     DI_CUDA_LAUNCH_CHECK();
 }
 

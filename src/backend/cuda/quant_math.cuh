@@ -1,0 +1,48 @@
+// The FP8 rounding of the QAT recipes (backend/cpu/quant_sim.cpp), element for element: shared by fake_quantize
+// (pointwise.cu) and the FP8 GEMM's activation quantizer (gemm_fp8.cu), which must agree bit for bit.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace deepinfer::cuda {
+
+// The smallest power of two >= r (r > 0 and finite).
+__device__ __forceinline__ float pow2_ceil(float r) {
+    const uint32_t bits = __float_as_uint(r);
+    const int e = static_cast<int>((bits >> 23) & 0xff) - 127 + ((bits & 0x7fffff) != 0 ? 1 : 0);
+    return __uint_as_float(static_cast<uint32_t>(e + 127) << 23);
+}
+
+// x rounded to the nearest e4m3 value (ties to even), saturating at +-448; NaN stays NaN.
+__device__ __forceinline__ float round_e4m3(float x) {
+    const float a = fabsf(x);
+    if (!(a < 448.0f)) return copysignf(isnan(a) ? a : 448.0f, x);
+    float step;
+    if (a < 0.015625f) {
+        step = 0.001953125f;
+    } else {
+        int e;
+        frexpf(a, &e);
+        step = ldexpf(1.0f, e - 4);
+    }
+    return copysignf(rintf(a / step) * step, x);
+}
+
+// The power-of-two scale of a block of FP8 activations whose largest magnitude is amax (DeepSeek's act_quant with
+// ue8m0 scales): values / scale lie within +-448.
+__device__ __forceinline__ float fp8_block_scale(float amax) { return pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f)); }
+// The e4m3 code that stands for v in a block of scale s: v / s (exact: s is a power of two) clamped to +-448 (NaN to
+// -448, as the CPU recipe's clamp leaves it), rounded to nearest even by the hardware conversion, which round_e4m3
+// does in software (the same value for every clamped input: the CUDA fake_quantize test compares them bit for bit).
+__device__ __forceinline__ uint32_t fp8_code(float v, float s) {
+    return __nv_cvt_float_to_fp8(fminf(fmaxf(v / s, -448.0f), 448.0f), __NV_SATFINITE, __NV_E4M3);
+}
+// The value of an e4m3 code (exact through f16).
+__device__ __forceinline__ float fp8_code_float(uint32_t code) {
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3)));
+}
+
+}  // namespace deepinfer::cuda
