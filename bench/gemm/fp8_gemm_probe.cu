@@ -2,7 +2,9 @@
 // products in the form DEEPINFER_FP8_ACTIVATIONS defines them, and how fast. The activations X [T, K] are e4m3 with
 // an fp32 power-of-two scale per 128 columns (model/activation_quant.h: 2^ceil(log2(amax / 448)), amax at least
 // 1e-4), the weights W [N, K] e4m3 with a scale per 128 x 128 block (the checkpoint's E8M0 bytes as fp32), the
-// output fp32: out[t, n] = sum_kb sx[t, kb] sw[n / 128, kb] sum_k x[t, k] w[n, k].
+// output fp32: out[t, n] = sum_kb sx[kb, t] sw[n / 128, kb] sum_k x[t, k] w[n, k]. The activation scales are
+// [K / 128, T] (each block's rows together; the CUDA op test found [T, K / 128] wrong once the blocks' scales
+// differ), so the probe's activations span 2^-8 .. 2^8 block to block.
 //
 // For each V4-Flash FP8 product at --rows tokens: the cuBLASLt call (A = W, op T; B = X; D column-major [N, T], so
 // row-major out [T, N]; A's scales in the layout that matches, tried both ways), its largest difference from an
@@ -44,19 +46,21 @@ __global__ void e8m0_to_f32_kernel(float* dst, const uint8_t* e, int64_t n) {
     if (i < n) dst[i] = ldexpf(1.0f, static_cast<int>(e[i]) - 127);
 }
 
-// X [T, K] fp32 -> q [T, K] e4m3 and s [T, K / 128] fp32, a thread a (row, block).
+// X [T, K] fp32, each (row, block) times 2^((7 i) % 17 - 8) -> q [T, K] e4m3 and s [K / 128, T] fp32, a thread a
+// (row, block) i.
 __global__ void quantize_kernel(const float* x, uint8_t* q, float* s, int64_t t, int64_t k) {
     const int64_t blocks = k / 128, i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
     if (i >= t * blocks) return;
     const float* src = x + i * 128;  // row i / blocks, block i % blocks: rows are k floats, blocks contiguous
+    const float f = ldexpf(1.0f, static_cast<int>((i * 7) % 17) - 8);
     float amax = 0;
-    for (int j = 0; j < 128; ++j) amax = fmaxf(amax, fabsf(src[j]));
+    for (int j = 0; j < 128; ++j) amax = fmaxf(amax, fabsf(src[j] * f));
     const float r = fmaxf(amax, 1e-4f) * (1.0f / 448.0f);
     int e;
     const float m = frexpf(r, &e);  // r = m 2^e, m in [0.5, 1): 2^ceil(log2 r) is 2^(e - 1) when m == 0.5
     const float scale = ldexpf(1.0f, m == 0.5f ? e - 1 : e);
-    for (int j = 0; j < 128; ++j) q[i * 128 + j] = __nv_cvt_float_to_fp8(src[j] / scale, __NV_SATFINITE, __NV_E4M3);
-    s[i] = scale;
+    for (int j = 0; j < 128; ++j) q[i * 128 + j] = __nv_cvt_float_to_fp8(src[j] * f / scale, __NV_SATFINITE, __NV_E4M3);
+    s[(i % blocks) * t + i / blocks] = scale;
 }
 
 __device__ float e4m3(uint8_t b) {
@@ -65,18 +69,19 @@ __device__ float e4m3(uint8_t b) {
     return static_cast<float>(v);
 }
 
-// The exact sum (double) for rows t < rows_checked: ref [rows_checked, N]. sw [ceil(N / 128), K / 128] row-major.
+// The exact sum (double) for the first and the last rows_checked / 2 rows (the first and the last token tiles):
+// ref [rows_checked, N]. sw [ceil(N / 128), K / 128] row-major.
 __global__ void reference_kernel(double* ref, const uint8_t* xq, const float* sx, const uint8_t* wq, const float* sw,
-                                 int64_t n, int64_t k, int rows_checked) {
+                                 int64_t t_all, int64_t n, int64_t k, int rows_checked) {
     const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
     if (i >= rows_checked * n) return;
-    const int64_t t = i / n, f = i % n, kb = k / 128;
+    const int64_t r = i / n, t = r < rows_checked / 2 ? r : t_all - rows_checked + r, f = i % n, kb = k / 128;
     double acc = 0;
     for (int64_t b = 0; b < kb; ++b) {
         double part = 0;
         for (int64_t j = b * 128; j < b * 128 + 128; ++j)
             part += static_cast<double>(e4m3(xq[t * k + j])) * static_cast<double>(e4m3(wq[f * k + j]));
-        acc += part * sx[t * kb + b] * sw[(f / 128) * kb + b];
+        acc += part * sx[b * t_all + t] * sw[(f / 128) * kb + b];
     }
     ref[i] = acc;
 }
@@ -216,7 +221,7 @@ int main(int argc, char** argv) {
         fill_device(wb, n * k * 2, kFillBf16, 5);
         e8m0_to_f32_kernel<<<static_cast<unsigned>((nb * kb + 255) / 256), 256>>>(sw, sw_e8m0, nb * kb);
         quantize_kernel<<<static_cast<unsigned>((t * kb + 255) / 256), 256>>>(x, xq, sx, t, k);
-        reference_kernel<<<static_cast<unsigned>((kChecked * n + 255) / 256), 256>>>(ref, xq, sx, wq, sw, n, k,
+        reference_kernel<<<static_cast<unsigned>((kChecked * n + 255) / 256), 256>>>(ref, xq, sx, wq, sw, t, n, k,
                                                                                      kChecked);
         transpose_kernel<<<static_cast<unsigned>((nb * kb + 255) / 256), 256>>>(sw_t, sw, nb, kb);
         CHECK(cudaGetLastError());
@@ -249,14 +254,17 @@ int main(int argc, char** argv) {
                                 layout == 0 ? "[nb, kb]" : "[kb, nb]");
                     break;  // the layout does not change whether an algorithm exists
                 }
+                // The checked rows: the first kChecked / 2 and the last kChecked / 2 of D.
                 std::vector<float> got(kChecked * n);
-                if (out == CUDA_R_32F) {
-                    CHECK(cudaMemcpy(got.data(), d32, got.size() * 4, cudaMemcpyDeviceToHost));
-                } else {
-                    std::vector<__nv_bfloat16> g16(got.size());
-                    CHECK(cudaMemcpy(g16.data(), d32, g16.size() * 2, cudaMemcpyDeviceToHost));
-                    for (size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(g16[i]);
-                }
+                const size_t bytes = out == CUDA_R_32F ? 4 : 2, half = kChecked / 2 * n;
+                std::vector<unsigned char> raw(got.size() * bytes);
+                CHECK(cudaMemcpy(raw.data(), d32, half * bytes, cudaMemcpyDeviceToHost));
+                CHECK(cudaMemcpy(raw.data() + half * bytes,
+                                 static_cast<unsigned char*>(static_cast<void*>(d32)) + (t - kChecked / 2) * n * bytes,
+                                 half * bytes, cudaMemcpyDeviceToHost));
+                for (size_t i = 0; i < got.size(); ++i)
+                    got[i] = bytes == 4 ? reinterpret_cast<float*>(raw.data())[i]
+                                        : __bfloat162float(reinterpret_cast<__nv_bfloat16*>(raw.data())[i]);
                 const double err = max_row_error(got, ref_h, n, kChecked);
                 run_fp8(lt, out, d32, wq, scales, xq, sx, t, n, k, iters, &us);
                 std::printf("%-14s %6lld %6lld %-6s %-10s %10.2e %9.1f %9.1f %9.1f %6.2fx\n", s.name,

@@ -30,6 +30,17 @@ std::vector<int64_t> Backend::expert_run_starts(TensorView x, const std::vector<
     return starts;
 }
 
+void Backend::quantized_linears(TensorView x, QuantSim kind, int block, const std::vector<Projection>& projections) {
+    fake_quantize(x, kind, block);
+    linears(x, projections);
+}
+
+void Backend::quantized_grouped_linear(TensorView out, TensorView x, QuantSim kind, int block, const LinearWeight& w,
+                                       int groups) {
+    fake_quantize(x, kind, block);
+    grouped_linear(out, x, w, groups);
+}
+
 void Backend::grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
                               const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
                               float swiglu_limit) {

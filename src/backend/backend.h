@@ -102,6 +102,14 @@ public:
     // Block-diagonal: for g < groups, out[:, g*R:(g+1)*R] = x[:, g*K:(g+1)*K] . W[g*R:(g+1)*R, :]^T,
     // W [groups * R, K], x [T, groups * K], out [T, groups * R].
     virtual void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) = 0;
+    // Products of activations quantized first: outs[i] = q(x) . ws[i]^T with q(x) what fake_quantize(x, kind, block)
+    // leaves of x [T, K]. The default quantizes x in place and multiplies; device backends may instead multiply the
+    // quantized codes and their scales on FP8 tensor cores (the same products, summed in another order) and leave x
+    // as it was. So x is clobbered: afterwards each row holds its quantized values or its old ones.
+    virtual void quantized_linears(TensorView x, QuantSim kind, int block, const std::vector<Projection>& projections);
+    // grouped_linear of x quantized first the same way (each group's K a multiple of block).
+    virtual void quantized_grouped_linear(TensorView out, TensorView x, QuantSim kind, int block, const LinearWeight& w,
+                                          int groups);
     // out [T, D] = rows ids[t] of table [V, D].
     virtual void embedding(TensorView out, const LinearWeight& table, const int32_t* ids) = 0;
     // Over the last dim of x [R, C]: x * rsqrt(mean(x^2) + eps), times weight [C] when given. out may be x.
@@ -228,6 +236,8 @@ public:
     virtual void add(TensorView x, TensorView y) = 0;
     // x *= s.
     virtual void scale(TensorView x, float s) = 0;
+    // dst = src (the same number of bytes; contiguous).
+    virtual void copy(TensorView dst, TensorView src) = 0;
     // out [T, D] = shared [T, D] + sum_k weights[t * K + k] * routed[t * K + k], k ascending.
     virtual void moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) = 0;
     // MoE routing of every row of logits [T, E]: scores s = score(logits / gate_temp) (softmax over the row,

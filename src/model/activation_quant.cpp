@@ -22,18 +22,23 @@ void ActivationQuant::apply(Backend& be, TensorView x) const {
 void ActivationQuant::linears(Backend& be, TensorView x, const std::vector<Backend::Projection>& ps) const {
     std::vector<Backend::Projection> plain, quantized;
     for (const Backend::Projection& p : ps) (quantizes(*p.w) ? quantized : plain).push_back(p);
-    if (quantized.empty()) {
-        be.linears(x, ps);
-        return;
-    }
     if (!plain.empty()) be.linears(x, plain);
-    apply(be, x);
-    be.linears(x, quantized);
+    if (!quantized.empty()) be.quantized_linears(x, QuantSim::kFp8Ue8m0, block, quantized);
 }
 
 void ActivationQuant::linear(Backend& be, TensorView out, TensorView x, const LinearWeight& w) const {
-    if (quantizes(w)) apply(be, x);
-    be.linear(out, x, w);
+    if (quantizes(w))
+        be.quantized_linears(x, QuantSim::kFp8Ue8m0, block, {{out, &w}});
+    else
+        be.linear(out, x, w);
+}
+
+void ActivationQuant::grouped_linear(Backend& be, TensorView out, TensorView x, const LinearWeight& w,
+                                     int groups) const {
+    if (quantizes(w))
+        be.quantized_grouped_linear(out, x, QuantSim::kFp8Ue8m0, block, w, groups);
+    else
+        be.grouped_linear(out, x, w, groups);
 }
 
 }  // namespace deepinfer

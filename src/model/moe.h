@@ -63,7 +63,7 @@ constexpr int64_t kMoeDeviceSlots = 2048;
 // are the token ids for hash routing. Each row's routed outputs are summed in ascending expert order,
 // independent of the batch. Routing runs in the backend (moe_route). routed_ids, when given, receives the [T * K]
 // expert ids (downloaded: the host waits for the device, so for diagnostics and benchmarks' untimed steps). With
-// p.act_quant on, xn is left quantized.
+// p.act_quant on, xn is left as it was (the shared expert quantizes a copy).
 void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorView xn, TensorView tokens,
                  TensorView out, std::vector<int32_t>* routed_ids = nullptr);
 

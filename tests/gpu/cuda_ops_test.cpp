@@ -366,12 +366,30 @@ TEST_F(CudaOps, FakeQuantizeIsBitwiseTheCpuRecipe) {
                                {QuantSim::kFp4E4m3, 16},
                                {QuantSim::kFp4Ue8m0, 32},
                                {QuantSim::kFp8Ue8m0, 128}}) {
-        Tensor x = host(randn(64 * 384, 2.0f), Shape{64, 384});
+        // Blocks of every scale from 2^-40 to 2^40, some of them only zeros, and negative zeros.
+        std::vector<float> v = randn(64 * 384, 2.0f);
+        for (size_t i = 0; i < v.size(); ++i) {
+            const int64_t b = static_cast<int64_t>(i) / block;
+            v[i] = b % 13 == 5 ? (i % 2 ? 0.0f : -0.0f) : std::ldexp(v[i], static_cast<int>(b * 7 % 81) - 40);
+        }
+        Tensor x = host(v, Shape{64, 384});
         Tensor ref = host(values(x), x.shape()), out = device(x);
         cpu_->fake_quantize(ref, kind, block);
         gpu_->fake_quantize(out, kind, block);
-        EXPECT_EQ(fetch(out), values(ref)) << "kind " << static_cast<int>(kind) << ", block " << block;
+        const std::vector<float> got = fetch(out), want = values(ref);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+            << "kind " << static_cast<int>(kind) << ", block " << block;
     }
+}
+
+TEST_F(CudaOps, CopyIsBitwise) {
+    const std::vector<float> v = randn(1000 * 33);
+    Tensor dst = poisoned(Shape{1000, 33}), src = device(host(v, Shape{1000, 33}));
+    gpu_->copy(dst, src);
+    const std::vector<float> got = fetch(dst);
+    EXPECT_EQ(std::memcmp(got.data(), v.data(), v.size() * 4), 0);
+    Tensor shorter = poisoned(Shape{1000, 32});
+    EXPECT_THROW(gpu_->copy(shorter, src), Error);
 }
 
 // Every hyper-connection op against the CPU, in this fixture's exact mode (the default mode's tensor-core dots:

@@ -46,6 +46,7 @@ public:
     void scatter_rows(TensorView rows, TensorView src) override;
     void add(TensorView x, TensorView y) override;
     void scale(TensorView x, float s) override;
+    void copy(TensorView dst, TensorView src) override;
     void argmax_rows(TensorView ids, TensorView logits) override;
     void fill_index_ranges(TensorView dst, TensorView runs) override;
     void fill_row_addresses(TensorView dst, TensorView runs) override;

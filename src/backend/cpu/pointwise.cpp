@@ -129,6 +129,11 @@ void CpuBackend::scale(TensorView x, float s) {
     for (int64_t i = 0; i < x.numel(); ++i) a[i] *= s;
 }
 
+void CpuBackend::copy(TensorView dst, TensorView src) {
+    DI_ICHECK(dst.nbytes() == src.nbytes(), "copy: ", dst.nbytes(), " bytes from ", src.nbytes());
+    std::memmove(dst.data(), src.data(), src.nbytes());
+}
+
 void CpuBackend::fill_index_ranges(TensorView dst, TensorView runs) {
     const int64_t rows = runs.numel() / 5, n = dst.numel();
     DI_ICHECK(runs.numel() % 5 == 0, "fill_index_ranges: runs of ", runs.numel(), " values");

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/block_cache.h"
 #include "backend/cuda/experts_wgmma.h"
+#include "backend/cuda/gemm_fp8.h"
 #include "backend/cuda/gemm_policy.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/lanes.h"
@@ -100,7 +101,8 @@ public:
         // auto (default): cuBLAS from cuda::kCublasMinRows rows, else tc; cublas: always cuBLAS; tc: our bf16
         // tensor-core kernel; tiled: fp32 SIMT (~1e-6 of the CPU). auto, cublas and tc compute from bf16 inputs
         // (the GPU bound of the tolerance table), and so does their sparse_attention (tensor cores; tiled keeps
-        // the fp32 kernel).
+        // the fp32 kernel). In auto mode the products of quantized activations (quantized_linears) take FP8
+        // cuBLASLt from kCublasMinRows rows (fp8_products()).
         // DEEPINFER_CUDA_EXPERT_LANES: grouped_experts' side streams (default kExpertLanes; 1 runs the experts one
         // after the other).
         if (const char* lanes = std::getenv("DEEPINFER_CUDA_EXPERT_LANES"); lanes && *lanes) {
@@ -130,6 +132,12 @@ public:
         DI_CHECK(gemv_mode == "wgmma" || gemv_mode == "tc", "DEEPINFER_CUDA_DECODE_GEMV must be wgmma or tc, not '",
                  gemv_mode, "'");
         decode_gemv_wgmma_ = gemv_mode == "wgmma";
+        // DEEPINFER_CUDA_FP8_GEMM: the products of quantized activations on cuBLASLt's FP8 GEMM where it applies
+        // (1, the default; fp8_products()), or on the bf16 kernels from the quantized activations (0).
+        const char* fp8 = std::getenv("DEEPINFER_CUDA_FP8_GEMM");
+        const std::string fp8_mode = fp8 && *fp8 ? fp8 : "1";
+        DI_CHECK(fp8_mode == "0" || fp8_mode == "1", "DEEPINFER_CUDA_FP8_GEMM must be 0 or 1, not '", fp8_mode, "'");
+        fp8_gemm_ = fp8_mode == "1";
         // DEEPINFER_CUDA_BLOCK_CACHE_MB: how much freed tensor memory the host-side block cache keeps for reuse
         // (default 1024; 0: every alloc and free goes to the stream-ordered allocator).
         size_t cache_mb = 1024;
@@ -164,7 +172,7 @@ public:
         blocks_->release_all();  // while the side streams the blocks were freed on exist
         side_.reset();
         expert_lanes_.reset();      // joined into stream_: idle
-        main_lane_.cublas.reset();  // before its stream goes
+        main_lane_.release_handles();  // before its stream goes
         expert_tables_.clear();     // their memory goes back on the stream
         wgmma_tables_.clear();
         cudaStreamSynchronize(stream_);
@@ -309,6 +317,78 @@ public:
                 jobs.push_back({p.out.f32(), p.w->rows, x.f32(), p.w->cols, d, 0, p.w->rows});
         }
         gemv_jobs(jobs.data(), jobs.size(), t, *lane_);
+    }
+    void quantized_linears(TensorView x, QuantSim kind, int block,
+                           const std::vector<Projection>& projections) override {
+        std::vector<Fp8Product> products;
+        for (const Projection& p : projections) {
+            DI_ICHECK(x.ndim() == 2 && x.dim(1) == p.w->cols && p.out.numel() == x.dim(0) * p.w->rows,
+                      "quantized_linears ", p.w->name);
+            products.push_back({p.out.f32(), p.w->rows, cuda::describe_weight(*p.w), 0, p.w->rows, 0});
+        }
+        if (!fp8_products(x, kind, block, x.dim(1), products)) Backend::quantized_linears(x, kind, block, projections);
+    }
+    void quantized_grouped_linear(TensorView out, TensorView x, QuantSim kind, int block, const LinearWeight& w,
+                                  int groups) override {
+        const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
+        DI_ICHECK(w.rows % groups == 0 && x.ndim() == 2 && x.dim(1) == groups * k && out.numel() == t * w.rows,
+                  "quantized_grouped_linear ", w.name);
+        const WeightDesc d = cuda::describe_weight(w);
+        std::vector<Fp8Product> products;
+        for (int g = 0; g < groups; ++g) products.push_back({out.f32() + g * r, w.rows, d, g * r, r, g * k});
+        if (!fp8_products(x, kind, block, k, products))
+            Backend::quantized_grouped_linear(out, x, kind, block, w, groups);
+    }
+    // A product of quantized activations: out [T, n_out] (row stride ldc) = x[:, x_col0 .. x_col0 + K] . W[w_row0 ..
+    // w_row0 + n_out, :]^T.
+    struct Fp8Product {
+        float* out;
+        int64_t ldc;
+        WeightDesc w;
+        int64_t w_row0, n_out, x_col0;
+    };
+    // FP8 activations on cuBLASLt (gemm_fp8.h), where the default GEMM mode would take cuBLAS anyway (auto, from
+    // kCublasMinRows rows), the quantization is DeepSeek's FP8 one in blocks of 128, and cuBLASLt takes every product
+    // (fp8_gemm_applies: FP8 with 128 x 128 scales, as the release checkpoints hold them; Fp8Gemm::supports). x [T,
+    // cols] goes to e4m3 codes and scales, then the products from them, and x is left as it was; except that cuBLASLt
+    // takes a multiple of 4 rows, so the last T % 4 rows are quantized in place and take matmul() (their GEMV). Each
+    // product's K is `group_cols`, its columns of x from x_col0. False, with nothing done, where it does not apply.
+    bool fp8_products(TensorView x, QuantSim kind, int block, int64_t group_cols, const std::vector<Fp8Product>& ps) {
+        const int64_t t = x.dim(0), cols = x.ndim() == 2 ? x.dim(1) : 0, t4 = t / 4 * 4;
+        bool applies = fp8_gemm_ && kind == QuantSim::kFp8Ue8m0 && block == 128 && !batch_invariant_ &&
+                       gemm_mode_ == GemmMode::kAuto && t >= cuda::kCublasMinRows && x.ndim() == 2 &&
+                       cols % group_cols == 0 && group_cols % 128 == 0 &&
+                       reinterpret_cast<uintptr_t>(x.f32()) % 16 == 0;
+        for (const Fp8Product& p : ps)
+            applies = applies && cuda::fp8_gemm_applies(p.w) && p.w.cols == group_cols && p.w_row0 % 128 == 0 &&
+                      p.n_out % 128 == 0 && p.x_col0 % 128 == 0;
+        if (!applies) return false;
+        Tensor xq = alloc(DType::kU8, Shape{t4, cols});
+        Tensor sx = alloc(DType::kF32, Shape{cols / 128, t4});
+        cuda::Fp8Gemm& gemm = lane_->fp8_gemm();
+        for (const Fp8Product& p : ps)
+            if (!gemm.supports(p.out, p.ldc, xq.as<uint8_t>() + p.x_col0, cols, t4, p.w, p.w_row0, p.n_out))
+                return false;
+        {
+            const auto op = scope(*lane_, "quantize fp8 activations");
+            cuda::launch_quantize_fp8_rows(x.f32(), xq.as<uint8_t>(), sx.f32(), t4, cols, stream_);
+        }
+        {
+            const auto op = scope(*lane_, "matmul fp8 cublaslt");
+            for (const Fp8Product& p : ps)
+                gemm.run(p.out, p.ldc, xq.as<uint8_t>() + p.x_col0, cols, sx.f32() + p.x_col0 / 128 * t4, t4, p.w,
+                         p.w_row0, p.n_out);
+        }
+        if (t4 < t) {
+            float* tail = x.f32() + t4 * cols;
+            {
+                const auto op = scope(*lane_, "fake_quantize");
+                cuda::launch_fake_quantize(tail, (t - t4) * cols, block, static_cast<int>(kind), stream_);
+            }
+            for (const Fp8Product& p : ps)
+                matmul(*lane_, p.out + t4 * p.ldc, p.ldc, tail + p.x_col0, cols, t - t4, p.w, p.w_row0, p.n_out);
+        }
+        return true;
     }
     // The weight-streaming GEMV a product of `rows` rows takes, if any (else matmul()'s GEMM kernels).
     enum class Gemv { kNone, kFp32, kTc, kWgmma };
@@ -645,6 +725,11 @@ public:
         const auto op = profiler_->scope("scale");
         cuda::launch_scale(x.f32(), s, x.numel(), stream_);
     }
+    void copy(TensorView dst, TensorView src) override {
+        DI_ICHECK(dst.nbytes() == src.nbytes(), "copy: ", dst.nbytes(), " bytes from ", src.nbytes());
+        const auto op = profiler_->scope("copy");
+        DI_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+    }
     void moe_combine(TensorView out, TensorView routed, TensorView weights, TensorView shared) override {
         const auto op = profiler_->scope("moe_combine");
         const int64_t t = out.dim(0);
@@ -926,6 +1011,7 @@ private:
     uint64_t table_versions_ = 0;       // ExpertTable::version's last number
     bool decode_experts_wgmma_ = true;  // DEEPINFER_CUDA_DECODE_EXPERTS
     bool decode_gemv_wgmma_ = true;     // DEEPINFER_CUDA_DECODE_GEMV
+    bool fp8_gemm_ = true;              // DEEPINFER_CUDA_FP8_GEMM
     std::unordered_map<const LinearWeight*, WgmmaTable> wgmma_tables_;
 };
 

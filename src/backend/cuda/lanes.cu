@@ -12,6 +12,19 @@ CublasGemm& Lane::gemm() {
     return *cublas;
 }
 
+Fp8Gemm& Lane::fp8_gemm() {
+    if (!fp8) {
+        DI_CUDA_CHECK(cudaSetDevice(device));
+        fp8 = std::make_unique<Fp8Gemm>(stream);
+    }
+    return *fp8;
+}
+
+void Lane::release_handles() {
+    cublas.reset();
+    fp8.reset();
+}
+
 SideLanes::SideLanes(int device, int count) {
     try {
         DI_CUDA_CHECK(cudaSetDevice(device));
@@ -32,7 +45,7 @@ SideLanes::~SideLanes() { release(); }
 
 void SideLanes::release() {
     for (Lane& lane : lanes_) {
-        lane.cublas.reset();  // waits for its stream, before the stream goes
+        lane.release_handles();
         if (lane.stream) cudaStreamDestroy(lane.stream);
     }
     for (cudaEvent_t e : joins_)

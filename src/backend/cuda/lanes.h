@@ -8,19 +8,24 @@
 #include <memory>
 #include <vector>
 
+#include "backend/cuda/gemm_fp8.h"
 #include "backend/cuda/kernels.h"
 
 namespace deepinfer::cuda {
 
-// A stream and the cuBLAS handle bound to it. cuBLAS handles and their workspaces must not be shared by streams
+// A stream and the cuBLAS handles bound to it. cuBLAS handles and their workspaces must not be shared by streams
 // that run concurrently (nor would cuBLAS then promise the same algorithms, and so the same bits), so each lane
 // has its own; every handle has the same workspace size, so a product's algorithm does not depend on the lane.
 struct Lane {
     int device = 0;
     cudaStream_t stream = nullptr;
     std::unique_ptr<CublasGemm> cublas;  // created on first use: decode-only backends never need a handle
+    std::unique_ptr<Fp8Gemm> fp8;        // likewise (FP8 activations only)
 
     CublasGemm& gemm();
+    Fp8Gemm& fp8_gemm();
+    // Destroys the handles (each waits for the stream first): before the stream goes.
+    void release_handles();
 };
 
 // A fixed set of side lanes on fresh non-blocking streams, with the events that fork and join them.

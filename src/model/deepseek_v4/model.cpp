@@ -379,7 +379,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         from_x.push_back({igate, &L.indexer.compressor.wgate});
         from_x.push_back({iw, &L.indexer.weights_proj});
     }
-    act_quant_.linears(be, xn, from_x);  // with FP8 activations: the BF16 projections first, then xn quantized
+    act_quant_.linears(be, xn, from_x);  // with FP8 activations: the BF16 projections first (xn clobbered)
 
     // The queries on the side queue: nothing until the indexer's scores (or the attention) reads them, so their
     // projection overlaps the K=V row, the compressors and the key lists below. `side` is declared after the
@@ -546,8 +546,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     be.rope(o, pos, inv_freq, rope.dim, af, true);
     Tensor z = alloc(Shape{T, static_cast<int64_t>(c.o_groups) * c.o_lora_rank});
     const TensorView o_rows = o.view().reshape(Shape{T, H * d});
-    if (act_quant_.quantizes(L.wo_a)) act_quant_.apply(be, o_rows);  // each group's columns, a multiple of the block
-    be.grouped_linear(z, o_rows, L.wo_a, c.o_groups);
+    act_quant_.grouped_linear(be, z, o_rows, L.wo_a, c.o_groups);
     act_quant_.linear(be, out, z, L.wo_b);
 }
 

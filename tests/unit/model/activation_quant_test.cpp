@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/dtype.h"
 #include "deepinfer/error.h"
 #include "support/scoped_env.h"
 
@@ -76,6 +79,74 @@ TEST(ActivationQuant, ValuesAsTheReferenceQuantizesThem) {
     std::vector<float> got(x.size());
     be->download(got.data(), t);
     for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], want[i]) << "row " << i / 256 << " col " << i % 256;
+}
+
+// An FP8 weight [n, k] with 128 x 128 E8M0 blocks and a BF16 one, random, on the host.
+struct TwoWeights {
+    std::vector<uint8_t> codes, scales;
+    std::vector<uint16_t> bf16;
+    LinearWeight fp8, dense;
+    TwoWeights(int64_t n, int64_t k, std::mt19937& rng)
+        : codes(n * k), scales(((n + 127) / 128) * (k / 128)), bf16(n * k) {
+        std::normal_distribution<float> d(0.0f, 1.0f);
+        for (uint8_t& c : codes) c = f32_to_f8e4m3(d(rng));
+        for (uint8_t& s : scales) s = static_cast<uint8_t>(120 + rng() % 8);
+        for (uint16_t& b : bf16) b = f32_to_bf16(d(rng));
+        fp8.format = WeightFormat::kFp8Block;
+        fp8.rows = dense.rows = n;
+        fp8.cols = dense.cols = k;
+        fp8.block_rows = fp8.block_cols = 128;
+        fp8.data = TensorView(codes.data(), DType::kF8E4M3, Shape{n, k});
+        fp8.scale = TensorView(scales.data(), DType::kE8M0, Shape{(n + 127) / 128, k / 128});
+        dense.data = TensorView(bf16.data(), DType::kBF16, Shape{n, k});
+    }
+};
+
+// The products go through the backend's quantized ops: a shared input's unquantized products see it as it was, the
+// FP8 ones (plain or grouped) see it quantized. On the CPU the quantized ops are fake_quantize in place then the
+// product, which is what this compares with (and x is left quantized).
+TEST(ActivationQuant, ProductsTakeTheBackendsQuantizedOps) {
+    auto be = create_backend("cpu", 1);
+    std::mt19937 rng(7);
+    std::normal_distribution<float> d(0.0f, 3.0f);
+    const int64_t t = 3, n = 160, k = 256;
+    TwoWeights w(n, k, rng);
+    std::vector<float> xv(t * k);
+    for (float& v : xv) v = d(rng);
+    auto tensor = [&](const std::vector<float>& v, Shape s) {
+        Tensor x = be->alloc(DType::kF32, s);
+        std::memcpy(x.f32(), v.data(), v.size() * 4);
+        return x;
+    };
+    Tensor x = tensor(xv, Shape{t, k}), xq = tensor(xv, Shape{t, k});
+    be->fake_quantize(xq, QuantSim::kFp8Ue8m0, 128);
+    Tensor a = be->alloc(DType::kF32, Shape{t, n}), b = be->alloc(DType::kF32, Shape{t, n});
+    ActivationQuant{128}.linears(*be, x, {{a, &w.fp8}, {b, &w.dense}});
+    Tensor want_a = be->alloc(DType::kF32, Shape{t, n}), want_b = be->alloc(DType::kF32, Shape{t, n});
+    be->linear(want_a, xq, w.fp8);
+    be->linear(want_b, tensor(xv, Shape{t, k}), w.dense);
+    EXPECT_EQ(std::memcmp(x.f32(), xq.f32(), t * k * 4), 0) << "x is left quantized";
+    EXPECT_EQ(std::memcmp(a.f32(), want_a.f32(), t * n * 4), 0) << "the FP8 product takes x quantized";
+    EXPECT_EQ(std::memcmp(b.f32(), want_b.f32(), t * n * 4), 0) << "the BF16 product takes x as it was";
+
+    // Grouped (two groups of 128 columns, each group's rows 80 of the 160), and a single product.
+    Tensor x2 = tensor(xv, Shape{t, k}), g = be->alloc(DType::kF32, Shape{t, n}),
+           want_g = be->alloc(DType::kF32, Shape{t, n});
+    LinearWeight half = w.fp8;
+    half.cols = 128;
+    half.data = TensorView(w.codes.data(), DType::kF8E4M3, Shape{n, 128});
+    half.scale = TensorView(w.scales.data(), DType::kE8M0, Shape{(n + 127) / 128, 1});
+    ActivationQuant{128}.grouped_linear(*be, g, x2, half, 2);
+    be->grouped_linear(want_g, xq, half, 2);
+    EXPECT_EQ(std::memcmp(x2.f32(), xq.f32(), t * k * 4), 0);
+    EXPECT_EQ(std::memcmp(g.f32(), want_g.f32(), t * n * 4), 0);
+    Tensor x3 = tensor(xv, Shape{t, k}), one = be->alloc(DType::kF32, Shape{t, n});
+    ActivationQuant{128}.linear(*be, one, x3, w.fp8);
+    EXPECT_EQ(std::memcmp(one.f32(), want_a.f32(), t * n * 4), 0);
+    // Off: nothing is quantized.
+    Tensor x4 = tensor(xv, Shape{t, k});
+    ActivationQuant{}.linear(*be, one, x4, w.fp8);
+    EXPECT_EQ(std::memcmp(x4.f32(), xv.data(), t * k * 4), 0);
 }
 
 }  // namespace
