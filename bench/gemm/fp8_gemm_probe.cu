@@ -11,7 +11,7 @@
 // exact (double) sum over the first rows, relative to that row's largest |out|, and us per call against cuBLAS's
 // bf16 GEMM on the same shape (what the backend runs now, its conversions not counted). "no algorithm" means
 // cuBLASLt has no kernel for that combination (then the output type is tried as bf16).
-//   fp8_gemm_probe [--rows 16384] [--ms 200]
+//   fp8_gemm_probe [--rows 16384 (a multiple of 4, at least 8)] [--ms 200]
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -183,6 +183,10 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "usage: fp8_gemm_probe [--rows 16384] [--ms 200]\n");
             return 2;
         }
+    }
+    if (rows < 8 || rows % 4 != 0) {  // the checked rows; cuBLASLt's activation scales want whole groups of 4 rows
+        std::fprintf(stderr, "fp8_gemm_probe: --rows must be a multiple of 4, at least 8\n");
+        return 2;
     }
     std::printf("cuBLASLt %zu; %lld rows; FP8 e4m3 x e4m3, A scales 128x128, B scales 1x128, fp32 accumulation\n",
                 cublasLtGetVersion(), static_cast<long long>(rows));

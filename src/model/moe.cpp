@@ -66,11 +66,12 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     Tensor g = be.alloc(DType::kF32, Shape{T, w.shared_inter}), u = be.alloc(DType::kF32, Shape{T, w.shared_inter});
     Tensor shared = be.alloc(DType::kF32, Shape{T, D});
     const ActivationQuant& aq = p.act_quant;
-    Tensor xs = aq.on() ? be.alloc(DType::kF32, Shape{T, D}) : Tensor();
+    const bool clobbers = aq.quantizes(w.shared.w1) || aq.quantizes(w.shared.w3);  // the products that read xn
+    Tensor xs = clobbers ? be.alloc(DType::kF32, Shape{T, D}) : Tensor();
     SideQueue side(be);
     side.begin();
     TensorView shared_in = xn;
-    if (aq.on()) {
+    if (clobbers) {
         be.copy(xs, xn);
         shared_in = xs;
     }

@@ -330,9 +330,10 @@ public:
     }
     void quantized_grouped_linear(TensorView out, TensorView x, QuantSim kind, int block, const LinearWeight& w,
                                   int groups) override {
+        DI_ICHECK(groups > 0 && w.rows % groups == 0, "quantized_grouped_linear ", w.name, ": ", groups, " groups");
         const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
-        DI_ICHECK(w.rows % groups == 0 && x.ndim() == 2 && x.dim(1) == groups * k && out.numel() == t * w.rows,
-                  "quantized_grouped_linear ", w.name);
+        DI_ICHECK(x.ndim() == 2 && x.dim(1) == groups * k && out.numel() == t * w.rows, "quantized_grouped_linear ",
+                  w.name);
         const WeightDesc d = cuda::describe_weight(w);
         std::vector<Fp8Product> products;
         for (int g = 0; g < groups; ++g) products.push_back({out.f32() + g * r, w.rows, d, g * r, r, g * k});
@@ -355,9 +356,9 @@ public:
     // product's K is `group_cols`, its columns of x from x_col0. False, with nothing done, where it does not apply.
     bool fp8_products(TensorView x, QuantSim kind, int block, int64_t group_cols, const std::vector<Fp8Product>& ps) {
         const int64_t t = x.dim(0), cols = x.ndim() == 2 ? x.dim(1) : 0, t4 = t / 4 * 4;
-        bool applies = fp8_gemm_ && kind == QuantSim::kFp8Ue8m0 && block == 128 && !batch_invariant_ &&
-                       gemm_mode_ == GemmMode::kAuto && t >= cuda::kCublasMinRows && x.ndim() == 2 &&
-                       cols % group_cols == 0 && group_cols % 128 == 0 &&
+        bool applies = !ps.empty() && group_cols > 0 && fp8_gemm_ && kind == QuantSim::kFp8Ue8m0 && block == 128 &&
+                       !batch_invariant_ && gemm_mode_ == GemmMode::kAuto && t >= cuda::kCublasMinRows &&
+                       x.ndim() == 2 && cols % group_cols == 0 && group_cols % 128 == 0 &&
                        reinterpret_cast<uintptr_t>(x.f32()) % 16 == 0;
         for (const Fp8Product& p : ps)
             applies = applies && cuda::fp8_gemm_applies(p.w) && p.w.cols == group_cols && p.w_row0 % 128 == 0 &&

@@ -102,10 +102,10 @@ struct TwoWeights {
     }
 };
 
-// The products go through the backend's quantized ops: a shared input's unquantized products see it as it was, the
-// FP8 ones (plain or grouped) see it quantized. On the CPU the quantized ops are fake_quantize in place then the
-// product, which is what this compares with (and x is left quantized).
-TEST(ActivationQuant, ProductsTakeTheBackendsQuantizedOps) {
+// Which products see the input quantized: of a shared input, the unquantized products see it as it was and the FP8
+// ones (plain or grouped) quantized, compared with fake_quantize then the product (on the CPU, x is left quantized).
+// Off, nothing is quantized.
+TEST(ActivationQuant, OnlyTheFp8ProductsSeeTheInputQuantized) {
     auto be = create_backend("cpu", 1);
     std::mt19937 rng(7);
     std::normal_distribution<float> d(0.0f, 3.0f);
