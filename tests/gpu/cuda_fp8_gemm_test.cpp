@@ -14,8 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "backend/cuda/gemm_fp8.h"
+#include "core/dtype.h"
 #include "cuda_test_support.h"
 #include "support/npy_compare.h"
 
@@ -26,6 +29,7 @@ using testing_support::HostWeight;
 using testing_support::make_weight;
 using testing_support::rel_error;
 
+// Of the product's largest output; twice that of each row's own (the probe: 4-6e-4 of a row's at K up to 8192).
 constexpr double kFp8Bound = 1e-3;
 
 class CudaFp8Gemm : public testing_support::CudaCompare {
@@ -51,18 +55,21 @@ protected:
         return v;
     }
 
-    // Which rows exceed the bound (relative to the largest |ref| of all), for a failure's message.
-    static std::string bad_rows(const std::vector<float>& got, const std::vector<float>& ref, int64_t n, double bound) {
-        double top = 0;
-        for (float v : ref) top = std::max(top, static_cast<double>(std::fabs(v)));
+    // The rows whose largest |got - ref| exceeds `bound` times their own largest |ref| (rows of small blocks would hide
+    // under a bound on the whole output), counted, the first ones listed.
+    static std::pair<int64_t, std::string> rows_over(const std::vector<float>& got, const std::vector<float>& ref,
+                                                     int64_t n, double bound) {
         std::string rows;
         int64_t count = 0;
         for (size_t r = 0; r * n < ref.size(); ++r) {
-            double worst = 0;
-            for (int64_t j = 0; j < n; ++j) worst = std::max(worst, std::fabs(double(got[r * n + j]) - ref[r * n + j]));
+            double worst = 0, top = 0;
+            for (int64_t j = 0; j < n; ++j) {
+                worst = std::max(worst, std::fabs(double(got[r * n + j]) - ref[r * n + j]));
+                top = std::max(top, std::fabs(double(ref[r * n + j])));
+            }
             if (!(worst <= bound * top) && count++ < 12) rows += " " + std::to_string(r);
         }
-        return std::to_string(count) + " rows over the bound:" + rows;
+        return {count, rows};
     }
 
     // x [t, groups * k] quantized and multiplied by `weights` (each [n_i, k]; groups > 1: one weight in `groups`
@@ -105,9 +112,11 @@ protected:
         EXPECT_EQ(differ, 0) << "activations afterwards differing from the expected, " << what;
         for (size_t i = 0; i < hw.size(); ++i) {
             const std::vector<float> got = fetch(outs[i]), ref = values(refs[i]);
-            const double bound = fp8 ? kFp8Bound : testing_support::kSameInputsBound, err = rel_error(got, ref);
-            EXPECT_LE(err, bound) << "projection " << i << " (format " << formats[i] << "), " << what << "; "
-                                  << bad_rows(got, ref, hw[i].w.rows, bound);
+            const double bound = fp8 ? kFp8Bound : testing_support::kSameInputsBound;
+            EXPECT_LE(rel_error(got, ref), bound) << "projection " << i << " (format " << formats[i] << "), " << what;
+            const auto [count, rows] = rows_over(got, ref, hw[i].w.rows, 2 * bound);
+            EXPECT_EQ(count, 0) << "rows off by more than " << 2 * bound << " of their own largest output, projection "
+                                << i << ", " << what << ":" << rows;
         }
     }
 };
@@ -119,6 +128,32 @@ TEST_F(CudaFp8Gemm, ProjectionsOnTheFp8Gemm) {
     // N of one scale block, at the default model's perplexity windows' row count (4 rows short of 3815) and more.
     check({6, 6}, {128, 128}, 3811, 512, 1, true);
     check({6}, {128}, 3812, 1024, 1, true);
+}
+
+// The quantizer the FP8 GEMM reads (launch_quantize_fp8_rows): each code times its scale is fake_quantize's value bit
+// for bit, the scales laid out [cols / 128, rows], x left as it was.
+TEST_F(CudaFp8Gemm, QuantizerCodesTimesScalesAreFakeQuantize) {
+    const int64_t t = 36, cols = 640;
+    const std::vector<float> xv = activations(t, cols);
+    Tensor x = host(xv, Shape{t, cols}), xd = device(x);
+    Tensor codes = gpu_->alloc(DType::kU8, Shape{t, cols}), scales = gpu_->alloc(DType::kF32, Shape{cols / 128, t});
+    gpu_->synchronize();  // the upload done: the launch goes to the legacy stream
+    cuda::launch_quantize_fp8_rows(xd.f32(), codes.as<uint8_t>(), scales.f32(), t, cols, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<uint8_t> c(t * cols);
+    std::vector<float> s(t * cols / 128);
+    gpu_->download(c.data(), codes);
+    gpu_->download(s.data(), scales);
+    cpu_->fake_quantize(x, QuantSim::kFp8Ue8m0, 128);
+    const std::vector<float> want = values(x), after = fetch(xd);
+    int64_t differ = 0;
+    for (int64_t r = 0; r < t; ++r)
+        for (int64_t j = 0; j < cols; ++j) {
+            const float v = f8e4m3_to_f32(c[r * cols + j]) * s[(j / 128) * t + r];
+            differ += std::memcmp(&v, &want[r * cols + j], 4) != 0;
+        }
+    EXPECT_EQ(differ, 0) << "of " << t * cols << " values";
+    EXPECT_EQ(std::memcmp(after.data(), xv.data(), xv.size() * 4), 0) << "x changed";
 }
 
 // wo_a's form: a group's activations are its own 128-column blocks, its scales and codes read in place.

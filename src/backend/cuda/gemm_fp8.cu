@@ -16,6 +16,7 @@
 #include <tuple>
 #include <utility>
 
+#include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/gemm_fp8.h"
 #include "backend/cuda/quant_math.cuh"
 #include "core/log.h"

@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <memory>
 
-#include "backend/cuda/cuda_common.cuh"
-
 namespace deepinfer::cuda {
+
+struct WeightDesc;  // cuda_common.cuh (kept out: this header is also a host compiler's)
 
 // Whether Fp8Gemm takes products with w: FP8 with 128 x 128 block scales (E8M0 or f32) in the checkpoint's
 // [rows / 128, cols / 128] grid, rows a multiple of 128, cols of 512 (see the definition), the codes 16-byte aligned.
