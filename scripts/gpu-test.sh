@@ -9,10 +9,12 @@
 # DEEPINFER_CUDA_GEMM=tiled at the fp32 bounds, and without programmatic dependent launch, DEEPINFER_CUDA_PDL=0),
 # compute-sanitizer
 # memcheck on the golden full forward and greedy run (and memcheck, racecheck and synccheck on the newer op
-# tests), the golden fixtures in batch-invariant mode, the default model's perplexity on the GPU, the kernel
+# tests), the golden fixtures in batch-invariant mode, the default model's perplexity on the GPU (also with FP8
+# activations), the kernel
 # micro-benchmarks found beside deepinfer, generation through the engine on the GPU, then
 # bench/model_step: the card's bandwidth and matrix rate and transformers eager (hf_step_bench.py, when
-# torch and transformers are installed), and step_bench on the same config with --load-format random.
+# torch and transformers are installed), and step_bench on the same config with --load-format random (prefill
+# again with FP8 activations).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,7 +77,7 @@ if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     # The newer kernels (selection, attention, GEMMs and GEMVs, cuBLAS, MoE, mHC) under memcheck and synccheck;
     # racecheck (slow) on their smaller shapes.
     newer='*CudaSelect*:CudaArgmax*:CudaSampling*:*CudaAttention*:CudaIndexer*:CudaGemm*:CudaLinears*:CudaMoe*:'
-    newer+='CudaOps.HyperConnections*'
+    newer+='CudaOps.HyperConnections*:CudaFp8Gemm*:CudaMoeFp8*'
     small='*CudaSelect*:CudaArgmax*:CudaSampling.RowsAreIndependentAndRepeatable:*CudaAttention.SparseAttentionDecodeShapes/*:CudaIndexer.ScoresShapes:'
     small+='CudaGemmTc.GroupedLinear:CudaGemmTc.GemvTensorCoresGrouped:CudaLinears*:CudaMoe.RouteMatchesCpu:'
     small+='CudaMoe*.ExpertLinearExtremeFp4Scales'
@@ -100,6 +102,14 @@ step perplexity_vs_reference awk -v a="$(json_number "$out/perplexity_cuda.json"
     'BEGIN { d = (a - r) / r; printf "GPU %s vs reference %s: %+.3f%% (bound 0.5%%)\n", a, r, 100 * d;
              exit !(a != "" && d < 0.005 && d > -0.005) }'
 sed 's/^/      /' "$out/perplexity_vs_reference.log"
+# With FP8 activations (DEEPINFER_FP8_ACTIVATIONS=1, as DeepSeek's reference inference quantizes them; the CPU gives
+# 7.4991): the same bound.
+step perplexity_cuda_fp8 env DEEPINFER_FP8_ACTIVATIONS=1 "$bin_deepinfer" perplexity --device cuda \
+    --json "$out/perplexity_cuda_fp8.json"
+step perplexity_fp8_vs_reference awk -v a="$(json_number "$out/perplexity_cuda_fp8.json" perplexity)" -v r="$reference" \
+    'BEGIN { d = (a - r) / r; printf "GPU, FP8 activations, %s vs reference %s: %+.3f%% (bound 0.5%%)\n", a, r, 100 * d;
+             exit !(a != "" && d < 0.005 && d > -0.005) }'
+sed 's/^/      /' "$out/perplexity_fp8_vs_reference.log"
 # Kernel micro-benchmarks, when built (bench/gemv, bench/attention, bench/gemm).
 # (gemm_bench without the fp32 tiled kernel: seconds a call at prefill sizes, and measured before.)
 for micro in gemv_bench attention_bench "gemm_bench --no-tiled"; do
@@ -132,6 +142,11 @@ print(r['bandwidth_gbs'], r['matmul_tflops'])" 2>/dev/null || echo "$bw $tf")
     step step_bench "$bin_step_bench" "$bench_config" --device cuda --load-format random \
         --bandwidth-gbs "$bw" --matmul-tflops "$tf" --json "$out/step_bench.json"
     sed -n '/^batch\|^prefill\|^[0-9]/p' "$out/step_bench.log" | sed 's/^/      /'
+    # Prefill with FP8 activations (the FP8 weights' products on cuBLASLt's FP8 GEMM).
+    step step_bench_fp8 env DEEPINFER_FP8_ACTIVATIONS=1 "$bin_step_bench" "$bench_config" --device cuda \
+        --load-format random --decode-batches '' --bandwidth-gbs "$bw" --matmul-tflops "$tf" \
+        --json "$out/step_bench_fp8.json"
+    sed -n '/^prefill\|^[0-9]/p' "$out/step_bench_fp8.log" | sed 's/^/      /'
 fi
 
 if [ ${#failed[@]} -gt 0 ]; then
