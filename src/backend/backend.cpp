@@ -30,15 +30,21 @@ std::vector<int64_t> Backend::expert_run_starts(TensorView x, const std::vector<
     return starts;
 }
 
+// The quantized copy of x [T, K] that the default quantized products multiply.
+static Tensor quantized_copy(Backend& be, TensorView x, QuantSim kind, int block) {
+    Tensor q = be.alloc(x.dtype(), x.shape());
+    be.copy(q, x);
+    be.fake_quantize(q, kind, block);
+    return q;
+}
+
 void Backend::quantized_linears(TensorView x, QuantSim kind, int block, const std::vector<Projection>& projections) {
-    fake_quantize(x, kind, block);
-    linears(x, projections);
+    linears(quantized_copy(*this, x, kind, block), projections);
 }
 
 void Backend::quantized_grouped_linear(TensorView out, TensorView x, QuantSim kind, int block, const LinearWeight& w,
                                        int groups) {
-    fake_quantize(x, kind, block);
-    grouped_linear(out, x, w, groups);
+    grouped_linear(out, quantized_copy(*this, x, kind, block), w, groups);
 }
 
 void Backend::grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,

@@ -103,9 +103,9 @@ public:
     // W [groups * R, K], x [T, groups * K], out [T, groups * R].
     virtual void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) = 0;
     // Products of activations quantized first: outs[i] = q(x) . ws[i]^T with q(x) what fake_quantize(x, kind, block)
-    // leaves of x [T, K]. The default quantizes x in place and multiplies; device backends may instead multiply the
-    // quantized codes and their scales on FP8 tensor cores (the same products, summed in another order) and leave x
-    // as it was. So x is clobbered: afterwards each row holds its quantized values or its old ones.
+    // leaves of x [T, K]; x itself is left as it is. The default multiplies a quantized copy; device backends may
+    // instead multiply the quantized codes and their scales on FP8 tensor cores (the same products, summed in another
+    // order).
     virtual void quantized_linears(TensorView x, QuantSim kind, int block, const std::vector<Projection>& projections);
     // grouped_linear of x quantized first the same way (each group's K a multiple of block).
     virtual void quantized_grouped_linear(TensorView out, TensorView x, QuantSim kind, int block, const LinearWeight& w,

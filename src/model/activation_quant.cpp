@@ -14,11 +14,6 @@ ActivationQuant ActivationQuant::from_env() {
     return ActivationQuant{s == "1" ? 128 : 0};
 }
 
-void ActivationQuant::apply(Backend& be, TensorView x) const {
-    DI_ICHECK(on() && x.dim(-1) % block == 0, "activation quantization: ", x.shape().str(), " in blocks of ", block);
-    be.fake_quantize(x, QuantSim::kFp8Ue8m0, block);
-}
-
 void ActivationQuant::linears(Backend& be, TensorView x, const std::vector<Backend::Projection>& ps) const {
     std::vector<Backend::Projection> plain, quantized;
     for (const Backend::Projection& p : ps) (quantizes(*p.w) ? quantized : plain).push_back(p);

@@ -26,12 +26,9 @@ struct ActivationQuant {
     bool quantizes(const LinearWeight& w) const {
         return on() && w.format == WeightFormat::kFp8Block && w.cols % block == 0;
     }
-    // Quantizes x [rows, cols] in place (each row's blocks of `block` columns; cols a multiple of block).
-    void apply(Backend& be, TensorView x) const;
-    // be.linears(x, ps) with the products that quantize their input taking it quantized (Backend::quantized_linears):
-    // the others first, from x as it is. Where any product quantizes, x is clobbered (quantized or as it was).
+    // be.linears(x, ps) with the products that quantize their input taking it quantized (Backend::quantized_linears).
     void linears(Backend& be, TensorView x, const std::vector<Backend::Projection>& ps) const;
-    // be.linear(out, x, w), x quantized first where the product quantizes its input (and then clobbered).
+    // be.linear(out, x, w), x quantized first where the product quantizes its input.
     void linear(Backend& be, TensorView out, TensorView x, const LinearWeight& w) const;
     // be.grouped_linear(out, x, w, groups), likewise (each group's columns a multiple of the block).
     void grouped_linear(Backend& be, TensorView out, TensorView x, const LinearWeight& w, int groups) const;

@@ -60,22 +60,13 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     // Shared expert over every row, on the side queue: it needs no routing, so it runs alongside the router and
     // the routed experts, whose decode kernels leave SMs and HBM bandwidth unused. Its tensors come from the main
     // queue before the fork, and `side`, declared after them, joins the queue before they are freed. With FP8
-    // activations its products clobber their input (ActivationQuant), so it reads a copy of xn, made on the side
-    // queue, while the router and the routed experts read xn (H200, 8-layer prefill of 8 x 2048 tokens: 233 ms, where
-    // running the shared expert after them, on the main queue, took 240-247).
+    // activations too: its quantized products leave xn as it is (Backend::quantized_linears).
     Tensor g = be.alloc(DType::kF32, Shape{T, w.shared_inter}), u = be.alloc(DType::kF32, Shape{T, w.shared_inter});
     Tensor shared = be.alloc(DType::kF32, Shape{T, D});
     const ActivationQuant& aq = p.act_quant;
-    const bool clobbers = aq.quantizes(w.shared.w1) || aq.quantizes(w.shared.w3);  // the products that read xn
-    Tensor xs = clobbers ? be.alloc(DType::kF32, Shape{T, D}) : Tensor();
     SideQueue side(be);
     side.begin();
-    TensorView shared_in = xn;
-    if (clobbers) {
-        be.copy(xs, xn);
-        shared_in = xs;
-    }
-    aq.linears(be, shared_in, {{g, &w.shared.w1}, {u, &w.shared.w3}});
+    aq.linears(be, xn, {{g, &w.shared.w1}, {u, &w.shared.w3}});
     be.swiglu(g, g, u, p.swiglu_limit);
     aq.linear(be, shared, g, w.shared.w2);
     side.end();

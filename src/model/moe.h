@@ -62,8 +62,7 @@ constexpr int64_t kMoeDeviceSlots = 2048;
 // out [T, D] = sum_k weight_k * expert_k(xn) + shared(xn), in backend memory; tokens [T] I32 (backend memory)
 // are the token ids for hash routing. Each row's routed outputs are summed in ascending expert order,
 // independent of the batch. Routing runs in the backend (moe_route). routed_ids, when given, receives the [T * K]
-// expert ids (downloaded: the host waits for the device, so for diagnostics and benchmarks' untimed steps). With
-// p.act_quant on, xn is left as it was (the shared expert quantizes a copy).
+// expert ids (downloaded: the host waits for the device, so for diagnostics and benchmarks' untimed steps).
 void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorView xn, TensorView tokens,
                  TensorView out, std::vector<int32_t>* routed_ids = nullptr);
 

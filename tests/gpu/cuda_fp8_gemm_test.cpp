@@ -5,8 +5,7 @@
 //    fp8_gemm_probe: a few 1e-4), while a wrong scale or a lost block is off by 1e-1 or more;
 //  - elsewhere (fewer rows, other scale blocks) on the usual kernels from the quantized activations, which bf16 holds
 //    exactly: 1e-4, the same-inputs bound.
-// The op profile says which path ran. The activations are left as they were on the FP8 GEMM, else (also in its last
-// t % 4 rows, which take the GEMVs) quantized in place bit for bit as the CPU quantizes them.
+// The op profile says which path ran. The activations are left as they were on both backends.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -102,14 +101,10 @@ protected:
         const std::string what =
             "rows " + std::to_string(t) + " k " + std::to_string(k) + " groups " + std::to_string(groups);
         EXPECT_EQ(profile.find("matmul fp8 cublaslt") != std::string::npos, fp8) << what << "\n" << profile;
-        // x afterwards: as it was in the rows whose codes were multiplied (the FP8 GEMM takes t / 4 * 4 rows), else
-        // quantized as the CPU quantized it.
-        const std::vector<float> after = fetch(xd), quantized = values(x);
-        const size_t kept = fp8 ? static_cast<size_t>(t / 4 * 4 * groups * k) : 0;
-        int64_t differ = 0;
-        for (size_t i = 0; i < after.size(); ++i)
-            differ += std::memcmp(&after[i], i < kept ? &xv[i] : &quantized[i], 4) != 0;
-        EXPECT_EQ(differ, 0) << "activations afterwards differing from the expected, " << what;
+        // x afterwards: as it was, on either backend.
+        const std::vector<float> after = fetch(xd);
+        EXPECT_EQ(std::memcmp(after.data(), xv.data(), xv.size() * 4), 0) << "x changed on the GPU, " << what;
+        EXPECT_EQ(std::memcmp(x.f32(), xv.data(), xv.size() * 4), 0) << "x changed on the CPU, " << what;
         for (size_t i = 0; i < hw.size(); ++i) {
             const std::vector<float> got = fetch(outs[i]), ref = values(refs[i]);
             const double bound = fp8 ? kFp8Bound : testing_support::kSameInputsBound;

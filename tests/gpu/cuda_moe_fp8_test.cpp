@@ -1,13 +1,13 @@
 // moe_forward on CUDA with FP8 activations (MoeParams::act_quant): the shared expert runs on the side lane, its FP8
-// products on cuBLASLt's FP8 GEMM from a copy of xn, beside the router and the routed experts, which read xn
-// meanwhile. Against the same backend kind with DEEPINFER_CUDA_FP8_GEMM=0 (the shared expert's products on the bf16
-// kernels from the same quantized activations; the routing and the routed experts the same kernels on the same
-// inputs): the outputs differ only by the FP8 GEMM's sums (within 1e-3 of a product's largest output, CudaFp8Gemm)
-// and by the codes of the down product's input that those sums move across a rounding boundary (an e4m3 step, 1/8
-// of an element, each): 1e-2 here, where a wrong scale or block is off by order 1; not at all were the FP8 GEMM not
-// taken. The CPU's moe_forward bounds both at the bf16 products' bound, and xn
-// must come back untouched. Shapes: D = shared_inter = 512 (the FP8 GEMM takes K of 512 and more), 130 tokens (the
-// GEMM takes 128 rows, the last 2 take the GEMV), 8 FP4 experts of width 256, top-2.
+// products on cuBLASLt's FP8 GEMM from xn, beside the router and the routed experts, which read xn meanwhile. Against
+// the same backend kind with DEEPINFER_CUDA_FP8_GEMM=0 (the shared expert's products on the bf16 kernels from the same
+// quantized activations; the routing and the routed experts the same kernels on the same inputs): the outputs differ
+// only by the FP8 GEMM's sums (within 1e-3 of a product's largest output, CudaFp8Gemm) and by the codes of the down
+// product's input that those sums move across a rounding boundary (an e4m3 step, 1/8 of an element, each): 1e-2 here,
+// where a wrong scale or block is off by order 1; not at all were the FP8 GEMM not taken. The CPU's moe_forward bounds
+// both at the bf16 products' bound, and xn must come back untouched. Shapes: D = shared_inter = 512 (the FP8 GEMM takes
+// K of 512 and more), 130 tokens (the GEMM takes 128 rows, the last 2 take the GEMV), 8 FP4 experts of width 256,
+// top-2.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -351,15 +351,14 @@ public:
     // FP8 activations on cuBLASLt (gemm_fp8.h), where the default GEMM mode would take cuBLAS anyway (auto, from
     // kCublasMinRows rows), the quantization is DeepSeek's FP8 one in blocks of 128, and cuBLASLt takes every product
     // (fp8_gemm_applies: FP8 with 128 x 128 scales, as the release checkpoints hold them; Fp8Gemm::supports). x [T,
-    // cols] goes to e4m3 codes and scales, then the products from them, and x is left as it was; except that cuBLASLt
-    // takes a multiple of 4 rows, so the last T % 4 rows are quantized in place and take matmul() (their GEMV). Each
-    // product's K is `group_cols`, its columns of x from x_col0. False, with nothing done, where it does not apply.
+    // cols] goes to e4m3 codes and scales, then the products from them; cuBLASLt takes a multiple of 4 rows, so the
+    // last T % 4 rows take matmul() (their GEMV) from a quantized copy. Each product's K is `group_cols`, its columns
+    // of x from x_col0. False, with nothing done, where it does not apply.
     bool fp8_products(TensorView x, QuantSim kind, int block, int64_t group_cols, const std::vector<Fp8Product>& ps) {
         const int64_t t = x.dim(0), cols = x.ndim() == 2 ? x.dim(1) : 0, t4 = t / 4 * 4;
         bool applies = !ps.empty() && group_cols > 0 && fp8_gemm_ && kind == QuantSim::kFp8Ue8m0 && block == 128 &&
                        !batch_invariant_ && gemm_mode_ == GemmMode::kAuto && t >= cuda::kCublasMinRows &&
-                       x.ndim() == 2 && cols % group_cols == 0 && group_cols % 128 == 0 &&
-                       reinterpret_cast<uintptr_t>(x.f32()) % 16 == 0;
+                       x.ndim() == 2 && cols % group_cols == 0 && group_cols % 128 == 0 && cuda::aligned16(x.f32());
         for (const Fp8Product& p : ps)
             applies = applies && cuda::fp8_gemm_applies(p.w) && p.w.cols == group_cols && p.w_row0 % 128 == 0 &&
                       p.n_out % 128 == 0 && p.x_col0 % 128 == 0;
@@ -380,14 +379,12 @@ public:
                 gemm.run(p.out, p.ldc, xq.as<uint8_t>() + p.x_col0, cols, sx.f32() + p.x_col0 / 128 * t4, t4, p.w,
                          p.w_row0, p.n_out);
         }
-        if (t4 < t) {
-            float* tail = x.f32() + t4 * cols;
-            {
-                const auto op = scope(*lane_, "fake_quantize");
-                cuda::launch_fake_quantize(tail, (t - t4) * cols, block, static_cast<int>(kind), stream_);
-            }
+        if (t4 < t) {  // the last rows quantized in a copy, on matmul() (their GEMV)
+            Tensor tail = alloc(DType::kF32, Shape{t - t4, cols});
+            copy(tail, TensorView(x.f32() + t4 * cols, DType::kF32, Shape{t - t4, cols}));
+            fake_quantize(tail, kind, block);
             for (const Fp8Product& p : ps)
-                matmul(*lane_, p.out + t4 * p.ldc, p.ldc, tail + p.x_col0, cols, t - t4, p.w, p.w_row0, p.n_out);
+                matmul(*lane_, p.out + t4 * p.ldc, p.ldc, tail.f32() + p.x_col0, cols, t - t4, p.w, p.w_row0, p.n_out);
         }
         return true;
     }

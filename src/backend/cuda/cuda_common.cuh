@@ -20,6 +20,9 @@
 
 namespace deepinfer::cuda {
 
+// Whether p is 16-byte aligned (float4 and 16-byte copy paths).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 // Storage formats of a weight matrix, as the kernels see them (POD, passed by value).
 struct WeightDesc {
     const uint8_t* data;    // [rows, cols] in `dtype`; FP4: [rows, cols / 2] packed bytes
@@ -69,6 +72,14 @@ __device__ __forceinline__ float fp4e2m1_to_f32(uint8_t code) {
 // acc + s * a, element by element (fmaf: the mHC collapse's arithmetic, shared by its kernels).
 __device__ __forceinline__ float4 fma4v(float s, const float4& a, const float4& acc) {
     return make_float4(fmaf(s, a.x, acc.x), fmaf(s, a.y, acc.y), fmaf(s, a.z, acc.z), fmaf(s, a.w, acc.w));
+}
+
+// The largest of the warp's 32 values (fmaxf: NaN ignored unless all are NaN; any order gives the same); every lane
+// gets it.
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
 }
 
 // Sum over a block (blockDim.x a multiple of 32, <= 1024); every thread gets the result. Every thread of the

@@ -14,17 +14,10 @@
 #include <climits>
 #include <string>
 
+#include "backend/cuda/cublas_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/weight_chunks.cuh"
-
-#define DI_CUBLAS_CHECK(expr)                                                                                     \
-    do {                                                                                                          \
-        const cublasStatus_t di_st_ = (expr);                                                                     \
-        if (di_st_ != CUBLAS_STATUS_SUCCESS)                                                                      \
-            ::deepinfer::detail::throw_internal_failure(__FILE__, __LINE__, #expr,                                \
-                                                        std::string("cuBLAS: ") + cublasGetStatusString(di_st_)); \
-    } while (0)
 
 namespace deepinfer::cuda {
 

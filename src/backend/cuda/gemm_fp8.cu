@@ -16,19 +16,12 @@
 #include <tuple>
 #include <utility>
 
+#include "backend/cuda/cublas_check.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/gemm_fp8.h"
 #include "backend/cuda/quant_math.cuh"
 #include "core/log.h"
 #include "deepinfer/error.h"
-
-#define DI_CUBLASLT_CHECK(expr)                                                                                     \
-    do {                                                                                                            \
-        const cublasStatus_t di_st_ = (expr);                                                                       \
-        if (di_st_ != CUBLAS_STATUS_SUCCESS)                                                                        \
-            ::deepinfer::detail::throw_internal_failure(__FILE__, __LINE__, #expr,                                  \
-                                                        std::string("cuBLASLt: ") + cublasGetStatusString(di_st_)); \
-    } while (0)
 
 namespace deepinfer::cuda {
 
@@ -49,10 +42,7 @@ __global__ void quantize_fp8_rows_kernel(const float* __restrict__ x, uint32_t* 
     if (warp >= rows * blocks_per_row) return;
     const int64_t r = warp / blocks_per_row, b = warp % blocks_per_row;
     const float4 v = __ldg(reinterpret_cast<const float4*>(x + r * cols + b * kBlock) + lane);
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float s = fp8_block_scale(amax);
+    const float s = fp8_block_scale(warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)))));
     xq[(r * cols + b * kBlock) / 4 + lane] =
         fp8_code(v.x, s) | fp8_code(v.y, s) << 8 | fp8_code(v.z, s) << 16 | fp8_code(v.w, s) << 24;
     if (lane == 0) sx[b * rows + r] = s;  // [cols / 128, rows]: each group's [its blocks, rows] in turn
@@ -80,11 +70,9 @@ struct LtCall {
         if (scratch) cudaFreeAsync(scratch, stream);
     }
     void set(cublasLtMatmulDescAttributes_t attr, const void* value, size_t bytes) {
-        DI_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, value, bytes));
+        DI_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, value, bytes));
     }
 };
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
@@ -130,29 +118,39 @@ struct Fp8Gemm::Impl {
     };
     std::map<Key, Choice> choices;
 
-    // The call's descriptors and cuBLASLt's choice for it. The scale pointers are the call's (sw, sx): cuBLASLt
-    // offers no algorithm to a block-scaled product without them.
-    const Choice& describe(LtCall& call, const float* out, int64_t ldc, const uint8_t* xq, int64_t ldx, const float* sx,
-                           int64_t rows, const uint8_t* a, const float* sw, int64_t k, int64_t n_out) {
+    // A product's key: its shape and its operands' alignments.
+    static Key key_of(const float* out, int64_t ldc, const uint8_t* xq, int64_t ldx, int64_t rows, const uint8_t* a,
+                      int64_t k, int64_t n_out) {
+        return Key{n_out, k, rows, ldx, ldc, alignment_of(a), alignment_of(xq), alignment_of(out)};
+    }
+
+    // The call's descriptors. The scale pointers are the call's (sw, sx): cuBLASLt offers no algorithm to a
+    // block-scaled product without them.
+    static void describe(LtCall& call, int64_t ldc, int64_t ldx, const float* sx, int64_t rows, const float* sw,
+                         int64_t k, int64_t n_out) {
         const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
         const int32_t mode_a = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
                       mode_b = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
-        DI_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&call.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        DI_CUBLAS_CHECK(cublasLtMatmulDescCreate(&call.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
         call.set(CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
         call.set(CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
         call.set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode_a, sizeof mode_a);
         call.set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode_b, sizeof mode_b);
         call.set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw);
         call.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx);
-        DI_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&call.a, CUDA_R_8F_E4M3, k, n_out, k));
-        DI_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&call.b, CUDA_R_8F_E4M3, k, rows, ldx));
-        DI_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&call.d, CUDA_R_32F, n_out, rows, ldc));
-        const uint32_t align[3] = {alignment_of(a), alignment_of(xq), alignment_of(out)};
-        const Key key{n_out, k, rows, ldx, ldc, align[0], align[1], align[2]};
+        DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.a, CUDA_R_8F_E4M3, k, n_out, k));
+        DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.b, CUDA_R_8F_E4M3, k, rows, ldx));
+        DI_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&call.d, CUDA_R_32F, n_out, rows, ldc));
+    }
+
+    // cuBLASLt's choice for the product `key`, whose descriptors `call` holds: the cached one, else asked now.
+    const Choice& choose(const Key& key, const LtCall& call) {
         auto it = choices.find(key);
         if (it != choices.end()) return it->second;
+        const int64_t n_out = std::get<0>(key), k = std::get<1>(key), rows = std::get<2>(key);
+        const uint32_t align[3] = {std::get<5>(key), std::get<6>(key), std::get<7>(key)};
         cublasLtMatmulPreference_t pref = nullptr;
-        DI_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        DI_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
         size_t bytes = kWorkspaceBytes;
         cublasLtMatmulHeuristicResult_t heur = {};
         int count = 0;
@@ -185,7 +183,7 @@ Fp8Gemm::Fp8Gemm(cudaStream_t stream) : impl_(std::make_unique<Impl>()) {
     const cublasStatus_t st = cublasLtCreate(&impl_->handle);
     if (st != CUBLAS_STATUS_SUCCESS) {  // the destructor does not run for a throwing constructor
         cudaFree(impl_->workspace);
-        DI_CUBLASLT_CHECK(st);
+        DI_CUBLAS_CHECK(st);
     }
 }
 
@@ -210,11 +208,13 @@ void check_product(const WeightDesc& w, int64_t w_row0, int64_t n_out, int64_t r
 bool Fp8Gemm::supports(const float* out, int64_t ldc, const uint8_t* xq, int64_t ldx, int64_t rows, const WeightDesc& w,
                        int64_t w_row0, int64_t n_out) {
     check_product(w, w_row0, n_out, rows, ldx, ldc, xq);
+    const Impl::Key key = Impl::key_of(out, ldc, xq, ldx, rows, w.data + w_row0 * w.cols, w.cols, n_out);
+    if (const auto it = impl_->choices.find(key); it != impl_->choices.end()) return it->second.found;
     LtCall call;
     // The scale pointers stand in for the call's (any valid address: the query reads nothing).
     const float* scales = reinterpret_cast<const float*>(impl_->workspace);
-    return impl_->describe(call, out, ldc, xq, ldx, scales, rows, w.data + w_row0 * w.cols, scales, w.cols, n_out)
-        .found;
+    Impl::describe(call, ldc, ldx, scales, rows, scales, w.cols, n_out);
+    return impl_->choose(key, call).found;
 }
 
 void Fp8Gemm::run(float* out, int64_t ldc, const uint8_t* xq, int64_t ldx, const float* sx, int64_t rows,
@@ -237,12 +237,13 @@ void Fp8Gemm::run(float* out, int64_t ldc, const uint8_t* xq, int64_t ldx, const
         DI_CUDA_LAUNCH_CHECK();
         sw = call.scratch;
     }
-    const Impl::Choice& choice = m.describe(call, out, ldc, xq, ldx, sx, rows, a, sw, k, n_out);
+    Impl::describe(call, ldc, ldx, sx, rows, sw, k, n_out);
+    const Impl::Choice& choice = m.choose(Impl::key_of(out, ldc, xq, ldx, rows, a, k, n_out), call);
     DI_ICHECK(choice.found, "fp8 GEMM: cuBLASLt has no algorithm for [", rows, ", ", k, "] x [", n_out, ", ", k,
               "]^T (supports() says so first)");
     const float alpha = 1.0f, beta = 0.0f;
-    DI_CUBLASLT_CHECK(cublasLtMatmul(m.handle, call.desc, &alpha, a, call.a, xq, call.b, &beta, out, call.d, out,
-                                     call.d, &choice.algo, m.workspace, kWorkspaceBytes, m.stream));
+    DI_CUBLAS_CHECK(cublasLtMatmul(m.handle, call.desc, &alpha, a, call.a, xq, call.b, &beta, out, call.d, out, call.d,
+                                   &choice.algo, m.workspace, kWorkspaceBytes, m.stream));
 }
 
 }  // namespace deepinfer::cuda

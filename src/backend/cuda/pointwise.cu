@@ -177,8 +177,7 @@ __global__ void fake_quantize_kernel(float* __restrict__ x, int64_t blocks, int 
     float* v = x + b * block;
     float amax = 0;
     for (int i = lane; i < block; i += 32) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    amax = warp_max(amax);
     if (kind == 0) {
         const float s = fp8_block_scale(amax);
         for (int i = lane; i < block; i += 32) v[i] = fp8_code_float(fp8_code(v[i], s)) * s;
@@ -190,8 +189,6 @@ __global__ void fake_quantize_kernel(float* __restrict__ x, int64_t blocks, int 
 }
 
 unsigned blocks_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }
-
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Whether a row of `cols` floats fits the register-resident kernels (rms_norm_vec_kernel and the fused ones).
 bool fits_vec_row(int64_t cols) { return cols % 4 == 0 && cols <= int64_t{4} * kNormVec * kNormThreads; }

@@ -379,7 +379,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         from_x.push_back({igate, &L.indexer.compressor.wgate});
         from_x.push_back({iw, &L.indexer.weights_proj});
     }
-    act_quant_.linears(be, xn, from_x);  // with FP8 activations: the BF16 projections first (xn clobbered)
+    act_quant_.linears(be, xn, from_x);
 
     // The queries on the side queue: nothing until the indexer's scores (or the attention) reads them, so their
     // projection overlaps the K=V row, the compressors and the key lists below. `side` is declared after the
