@@ -47,12 +47,21 @@ void Backend::quantized_grouped_linear(TensorView out, TensorView x, QuantSim ki
     grouped_linear(out, quantized_copy(*this, x, kind, block), w, groups);
 }
 
+void Backend::check_act_block(int act_block, const std::vector<LinearWeight>& w1) {
+    DI_ICHECK(act_block >= 0 &&
+                  (act_block == 0 || (!w1.empty() && w1[0].cols % act_block == 0 && w1[0].rows % act_block == 0)),
+              "routed experts: activation block ", act_block, " for D ", w1.empty() ? 0 : w1[0].cols, ", I ",
+              w1.empty() ? 0 : w1[0].rows);
+}
+
 void Backend::grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
                               const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
-                              float swiglu_limit) {
+                              float swiglu_limit, int act_block) {
     const std::vector<int64_t> starts = expert_run_starts(x, counts, w1, w3, w2);
+    check_act_block(act_block, w1);
     const int64_t widest = *std::max_element(counts.begin(), counts.end());
     if (widest == 0) return;
+    if (act_block > 0) fake_quantize(x, QuantSim::kFp8Ue8m0, act_block);  // x is replaced run by run anyway
     // One gate and up scratch for every expert: the runs go one after the other.
     Tensor g = alloc(DType::kF32, Shape{widest, w1[0].rows}), u = alloc(DType::kF32, Shape{widest, w1[0].rows});
     for (size_t e = 0; e < counts.size(); ++e) {
@@ -62,6 +71,7 @@ void Backend::grouped_experts(TensorView x, const std::vector<int64_t>& counts, 
         linear(ge, xe, w1[e]);
         linear(ue, xe, w3[e]);
         swiglu(ge, ge, ue, swiglu_limit);
+        if (act_block > 0) fake_quantize(ge, QuantSim::kFp8Ue8m0, act_block);
         linear(xe, ge, w2[e]);  // over the run's inputs, which w1 and w3 have consumed
     }
 }
@@ -76,27 +86,32 @@ void Backend::hc_pre_norm(TensorView normed, TensorView post, TensorView comb, T
 
 void Backend::routed_experts(TensorView out, TensorView x, TensorView expert_of_row,
                              const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
-                             const std::vector<LinearWeight>& w2, int rows_per_input, float swiglu_limit) {
+                             const std::vector<LinearWeight>& w2, int rows_per_input, float swiglu_limit,
+                             int act_block) {
     DI_ICHECK(!w1.empty() && w3.size() == w1.size() && w2.size() == w1.size(), "routed_experts: ", w1.size(), " w1, ",
               w3.size(), " w3, ", w2.size(), " w2");
+    check_act_block(act_block, w1);
     const int64_t rows = expert_of_row.numel(), inter = w1[0].rows;
     if (rows == 0) return;
     Tensor g = alloc(DType::kF32, Shape{rows, inter}), u = alloc(DType::kF32, Shape{rows, inter});
-    expert_linear(g, x, expert_of_row, w1, rows_per_input);
-    expert_linear(u, x, expert_of_row, w3, rows_per_input);
+    const Tensor xq = act_block > 0 ? quantized_copy(*this, x, QuantSim::kFp8Ue8m0, act_block) : Tensor();
+    const TensorView in = act_block > 0 ? xq.view() : x;
+    expert_linear(g, in, expert_of_row, w1, rows_per_input);
+    expert_linear(u, in, expert_of_row, w3, rows_per_input);
     swiglu(g, g, u, swiglu_limit);
+    if (act_block > 0) fake_quantize(g, QuantSim::kFp8Ue8m0, act_block);
     expert_linear(out, g, expert_of_row, w2, 1);
 }
 
 void Backend::grouped_experts_rows(TensorView out_rows, TensorView in_rows, int64_t cols,
                                    const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
                                    const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
-                                   float swiglu_limit) {
+                                   float swiglu_limit, int act_block) {
     DI_ICHECK(in_rows.ndim() == 1 && out_rows.ndim() == 1 && in_rows.dim(0) == out_rows.dim(0),
               "grouped_experts_rows: in_rows ", in_rows.shape().str(), ", out_rows ", out_rows.shape().str());
     Tensor x = alloc(DType::kF32, Shape{in_rows.dim(0), cols});  // [slots by expert, cols]
     gather_rows(x, in_rows);
-    grouped_experts(x, counts, w1, w3, w2, swiglu_limit);
+    grouped_experts(x, counts, w1, w3, w2, swiglu_limit, act_block);
     scatter_rows(out_rows, x);
 }
 

@@ -258,18 +258,21 @@ public:
     // D], w1 and w3 [I, D], w2 [D, I]. The default is expert_linear (w1), expert_linear (w3), swiglu, expert_linear
     // (w2, a row per input) over scratch from alloc(); device backends may fuse it. As expert_linear, an id outside
     // [0, w1.size()) is an error (CPU) or gives a NaN row (CUDA); in batch-invariant mode a row's result does not
-    // depend on the other rows.
+    // depend on the other rows. act_block > 0 (FP8 activations, model/activation_quant.h): both products' inputs, x
+    // and the SwiGLU output, are quantized first as fake_quantize(kFp8Ue8m0, act_block) quantizes them (D and I
+    // multiples of act_block); x itself is left as it is.
     virtual void routed_experts(TensorView out, TensorView x, TensorView expert_of_row,
                                 const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
-                                const std::vector<LinearWeight>& w2, int rows_per_input, float swiglu_limit);
+                                const std::vector<LinearWeight>& w2, int rows_per_input, float swiglu_limit,
+                                int act_block = 0);
     // Routed experts over rows grouped by expert (prefill): x [R, D] holds the rows sorted by expert, counts[e]
     // of them for expert e (sum R, zero for untouched experts); each expert's run x_e is replaced in place by
     // w2[e] . swiglu(w1[e] . x_e, w3[e] . x_e, swiglu_limit), w1 and w3 [I, D], w2 [D, I]. Every product is
     // computed as linear() computes it for that run's rows (device backends may run the experts concurrently);
-    // the default runs them one after the other.
+    // the default runs them one after the other. act_block: as routed_experts'.
     virtual void grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
                                  const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
-                                 float swiglu_limit);
+                                 float swiglu_limit, int act_block = 0);
     // grouped_experts over rows addressed by pointer (as gather_rows and scatter_rows take them): slot i of the
     // runs (counts[e] slots for expert e, in expert order) reads its input row in_rows[i] and writes its output
     // row out_rows[i], each [cols] f32; in_rows, out_rows: [R] I64 in this backend's memory. The default
@@ -278,12 +281,14 @@ public:
     virtual void grouped_experts_rows(TensorView out_rows, TensorView in_rows, int64_t cols,
                                       const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
                                       const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
-                                      float swiglu_limit);
+                                      float swiglu_limit, int act_block = 0);
     // Quantize-dequantize in place over blocks of `block` consecutive elements of the last dim, as the
     // model's quantization-aware training saw its activations (see QuantSim).
     virtual void fake_quantize(TensorView x, QuantSim kind, int block) = 0;
 
 protected:
+    // Checks routed_experts' act_block against the experts' D and I.
+    static void check_act_block(int act_block, const std::vector<LinearWeight>& w1);
     // The first row of each expert's run in grouped_experts' x (R at the end), once its shapes are checked.
     static std::vector<int64_t> expert_run_starts(TensorView x, const std::vector<int64_t>& counts,
                                                   const std::vector<LinearWeight>& w1,

@@ -3,8 +3,11 @@
 // product is what FP8 tensor cores compute from such inputs. transformers' model, the V4 oracle, multiplies the
 // activations unquantized, so this is off unless DEEPINFER_FP8_ACTIVATIONS=1.
 //
-// On the default model (held-out perplexity 7.4934, CPU) it gives 7.4991 (+0.08%): the GPU path's perplexity bound
-// is 0.5%. The routed experts' inputs are not quantized (measured: no effect on that perplexity either way).
+// The routed experts quantize their inputs the same way (x and the SwiGLU output, Backend::routed_experts' act_block),
+// which lets prefill run them on FP8 tensor cores (backend/cuda/experts_fp8.cu).
+//
+// On the default model (held-out perplexity 7.4934, CPU) it gives 7.5004 (+0.09%; 7.4991 with the routed experts'
+// inputs left unquantized); the GPU path's perplexity bound is 0.5%.
 #pragma once
 
 #include <vector>

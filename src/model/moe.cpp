@@ -100,6 +100,10 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     // below) need the expert ids on the host: their copy is queued here, and the device runs the shared expert
     // and the router while the host groups the slots.
     Tensor routed = be.alloc(DType::kF32, Shape{T * K, D});
+    // FP8 activations quantize the routed experts' inputs too (per 128 columns of x and of the SwiGLU output), as
+    // FP8 tensor cores take them; experts whose widths are not whole blocks multiply them as they are.
+    const int64_t inter = w.w1.empty() ? 0 : w.w1[0].rows;
+    const int act_block = aq.on() && D % aq.block == 0 && inter % aq.block == 0 ? aq.block : 0;
     const bool on_device = host || (!be.batch_invariant() && T * K <= kMoeDeviceSlots);
     Tensor ids;
     if (!on_device) {
@@ -110,7 +114,7 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     if (on_device) {
         // Slot (t, k) reads token row t; no host synchronisation.
         const TensorView slots = expert.view().reshape(Shape{T * K});
-        be.routed_experts(routed, xn, slots, w.w1, w.w3, w.w2, static_cast<int>(K), p.swiglu_limit);
+        be.routed_experts(routed, xn, slots, w.w1, w.w3, w.w2, static_cast<int>(K), p.swiglu_limit, act_block);
     } else {
         // Prefill-sized steps: each touched expert runs once over the slots routed to it, on the GEMMs. The slots
         // in expert order (a counting sort), each reading its token row and writing its slot of `routed`
@@ -132,7 +136,8 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
         StepArrays arrays(be);
         const StepArrays::Handle in_h = arrays.stage_rows(in_rows), out_h = arrays.stage_rows(out_rows);
         arrays.upload_staged();
-        be.grouped_experts_rows(arrays.view(out_h), arrays.view(in_h), D, counts, w.w1, w.w3, w.w2, p.swiglu_limit);
+        be.grouped_experts_rows(arrays.view(out_h), arrays.view(in_h), D, counts, w.w1, w.w3, w.w2, p.swiglu_limit,
+                                act_block);
     }
 
     // The weighted routed outputs over the shared expert's.

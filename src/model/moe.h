@@ -40,7 +40,7 @@ struct MoeParams {
     double routed_scaling = 1.0;
     float swiglu_limit = 0;   // <= 0: no clamp
     float gate_temp = 1.0f;   // router logits are divided by it before scoring
-    ActivationQuant act_quant;  // the shared expert's FP8 activations (model/activation_quant.h); off by default
+    ActivationQuant act_quant;  // FP8 activations of the experts (model/activation_quant.h); off by default
 };
 
 // Loads `<prefix>gate.*`, `<prefix>experts.E.w{1,2,3}` and `<prefix>shared_experts.w{1,2,3}`. With

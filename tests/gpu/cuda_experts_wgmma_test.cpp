@@ -177,30 +177,15 @@ TEST_F(CudaExpertsWgmma, RowsByAddressMatchInPlace) {
     const int64_t d = 512, tokens = 70;
     const Ffns f = make_ffns(4, 5, d, 256);
     const std::vector<int64_t> counts = {40, 0, 130, 1, 9};
-    int64_t rows = 0;
-    for (int64_t n : counts) rows += n;
-    std::vector<int64_t> token_of(rows), out_at(rows);
-    for (int64_t i = 0; i < rows; ++i) token_of[i] = static_cast<int64_t>(rng_() % tokens), out_at[i] = i;
-    std::shuffle(out_at.begin(), out_at.end(), rng_);
     const std::vector<float> x = randn(tokens * d);
-    std::vector<float> gathered(rows * d);
-    for (int64_t i = 0; i < rows; ++i)
-        std::copy_n(x.begin() + token_of[i] * d, d, gathered.begin() + i * d);
-    const std::vector<float> in_place = run_wgmma(f, gathered, counts, 10.0f);
-
-    Tensor xd = gpu_->alloc(DType::kF32, Shape{tokens, d}), outd = gpu_->alloc(DType::kF32, Shape{rows, d});
-    gpu_->upload(xd, x.data());
-    std::vector<float*> in_rows(rows), out_rows(rows);
-    for (int64_t i = 0; i < rows; ++i) {
-        in_rows[i] = xd.f32() + token_of[i] * d;
-        out_rows[i] = outd.f32() + out_at[i] * d;
-    }
-    Tensor in_d = gpu_->alloc(DType::kI64, Shape{rows}), out_d = gpu_->alloc(DType::kI64, Shape{rows});
-    gpu_->upload(in_d, in_rows.data());
-    gpu_->upload(out_d, out_rows.data());
-    gpu_->grouped_experts_rows(out_d, in_d, d, counts, f.d1, f.d3, f.d2, 10.0f);
+    testing_support::SlotRows slots(rng_, counts, x, tokens, d);
+    const int64_t rows = slots.rows;
+    const std::vector<int64_t>&token_of = slots.token_of, &out_at = slots.out_at;
+    const std::vector<float> in_place = run_wgmma(f, slots.gathered, counts, 10.0f);
+    slots.place(*gpu_, x);
+    gpu_->grouped_experts_rows(slots.out_ptrs, slots.in_ptrs, d, counts, f.d1, f.d3, f.d2, 10.0f);
     std::vector<float> got(rows * d);
-    gpu_->download(got.data(), outd);
+    gpu_->download(got.data(), slots.out);
     gpu_->synchronize();
 
     Tensor out_h = Tensor::f32(Shape{rows, d});
@@ -210,11 +195,7 @@ TEST_F(CudaExpertsWgmma, RowsByAddressMatchInPlace) {
     cpu_->grouped_experts_rows(TensorView(out_hp.data(), DType::kI64, Shape{rows}),
                                TensorView(in_h.data(), DType::kI64, Shape{rows}), d, counts, f.h1, f.h3, f.h2, 10.0f);
     const std::vector<float> cpu = values(out_h);
-    int64_t mismatched = 0;
-    for (int64_t i = 0; i < rows; ++i) {
-        const float* a = got.data() + out_at[i] * d;
-        mismatched += std::memcmp(a, in_place.data() + i * d, d * 4) != 0;
-    }
+    const int64_t mismatched = slots.mismatched(got, in_place);
     EXPECT_EQ(mismatched, 0) << "slots whose output differs from the in-place kernels'";
     EXPECT_LE(rel_error(got, cpu), kBf16Bound) << "against the CPU's default grouped_experts_rows";
 }
@@ -247,24 +228,8 @@ TEST_F(CudaExpertsWgmma, PrefillThroughput) {
     const int64_t e = 256, d = 4096, inter = 2048, per = 384, rows = e * per;
     std::mt19937_64 bits(rng_());
     std::vector<Tensor> keep;
-    std::vector<LinearWeight> w1, w3, w2;
-    std::vector<uint8_t> data(inter * d / 2), scale(inter * d / 32);
-    for (int64_t i = 0; i < 3 * e; ++i) {
-        for (size_t j = 0; j < data.size(); j += 8) {
-            const uint64_t b = bits();
-            std::memcpy(data.data() + j, &b, 8);
-        }
-        for (uint8_t& s : scale) s = static_cast<uint8_t>(122 + bits() % 8);
-        LinearWeight w;
-        w.format = WeightFormat::kFp4Group;
-        w.block_cols = 32;
-        w.rows = i % 3 == 2 ? d : inter;
-        w.cols = i % 3 == 2 ? inter : d;
-        w.name = "bench";
-        w.data = TensorView(data.data(), DType::kFP4E2M1, Shape{w.rows, w.cols});
-        w.scale = TensorView(scale.data(), DType::kE8M0, Shape{w.rows, w.cols / 32});
-        (i % 3 == 0 ? w1 : i % 3 == 1 ? w3 : w2).push_back(to_backend(*gpu_, w, &keep));
-    }
+    const testing_support::DeviceExperts ex = testing_support::random_fp4_experts(*gpu_, bits, e, d, inter, &keep);
+    const std::vector<LinearWeight>&w1 = ex.w1, &w3 = ex.w3, &w2 = ex.w2;
     ASSERT_TRUE(cuda::grouped_experts_wgmma_applies(w1, w3, w2));
     std::vector<float> block = randn(d * 97);
     std::vector<float> x(rows * d);

@@ -194,4 +194,74 @@ inline std::vector<int32_t> routed_ids(std::mt19937& rng, int64_t tokens, int64_
     return ids;
 }
 
+// Slots of expert runs addressed by pointer, as grouped_experts_rows takes them: slot i reads token row token_of[i] of
+// x [tokens, d] and writes row out_at[i] (a shuffle) of out [rows, d]; `gathered` holds the slots' input rows in
+// order. place() puts x, out and the two pointer arrays on `gpu`.
+struct SlotRows {
+    int64_t rows = 0, d = 0;
+    std::vector<int64_t> token_of, out_at;
+    std::vector<float> gathered;
+    Tensor x, out, in_ptrs, out_ptrs;  // on the device, after place()
+
+    SlotRows(std::mt19937& rng, const std::vector<int64_t>& counts, const std::vector<float>& xv, int64_t tokens,
+             int64_t width)
+        : d(width) {
+        for (int64_t n : counts) rows += n;
+        token_of.resize(rows);
+        out_at.resize(rows);
+        for (int64_t i = 0; i < rows; ++i) token_of[i] = static_cast<int64_t>(rng() % tokens), out_at[i] = i;
+        std::shuffle(out_at.begin(), out_at.end(), rng);
+        gathered.resize(rows * d);
+        for (int64_t i = 0; i < rows; ++i) std::copy_n(xv.begin() + token_of[i] * d, d, gathered.begin() + i * d);
+    }
+    void place(Backend& gpu, const std::vector<float>& xv) {
+        const int64_t tokens = static_cast<int64_t>(xv.size()) / d;
+        x = gpu.alloc(DType::kF32, Shape{tokens, d});
+        out = gpu.alloc(DType::kF32, Shape{rows, d});
+        gpu.upload(x, xv.data());
+        std::vector<float*> in(rows), outp(rows);
+        for (int64_t i = 0; i < rows; ++i) in[i] = x.f32() + token_of[i] * d, outp[i] = out.f32() + out_at[i] * d;
+        in_ptrs = gpu.alloc(DType::kI64, Shape{rows});
+        out_ptrs = gpu.alloc(DType::kI64, Shape{rows});
+        gpu.upload(in_ptrs, in.data());
+        gpu.upload(out_ptrs, outp.data());
+    }
+    // How many slots' output rows (of `got`, laid out as out) differ from row i of `in_order` bit for bit.
+    int64_t mismatched(const std::vector<float>& got, const std::vector<float>& in_order) const {
+        int64_t n = 0;
+        for (int64_t i = 0; i < rows; ++i)
+            n += std::memcmp(got.data() + out_at[i] * d, in_order.data() + i * d, d * 4) != 0;
+        return n;
+    }
+};
+
+// Prefill-sized FP4 experts straight on the device: e experts' w1, w3 [inter, d] and w2 [d, inter], random codes and
+// E8M0 scales 122..129, each copied to `gpu` (kept in `keep`) from one host buffer (the device copies are all that
+// stays: 768 model-width matrices would not fit the host twice).
+struct DeviceExperts {
+    std::vector<LinearWeight> w1, w3, w2;
+};
+inline DeviceExperts random_fp4_experts(Backend& gpu, std::mt19937_64& bits, int64_t e, int64_t d, int64_t inter,
+                                        std::vector<Tensor>* keep) {
+    DeviceExperts x;
+    std::vector<uint8_t> data(inter * d / 2), scale(inter * d / 32);
+    for (int64_t i = 0; i < 3 * e; ++i) {
+        for (size_t j = 0; j < data.size(); j += 8) {
+            const uint64_t b = bits();
+            std::memcpy(data.data() + j, &b, 8);
+        }
+        for (uint8_t& s : scale) s = static_cast<uint8_t>(122 + bits() % 8);
+        LinearWeight w;
+        w.format = WeightFormat::kFp4Group;
+        w.block_cols = 32;
+        w.rows = i % 3 == 2 ? d : inter;
+        w.cols = i % 3 == 2 ? inter : d;
+        w.name = "bench";
+        w.data = TensorView(data.data(), DType::kFP4E2M1, Shape{w.rows, w.cols});
+        w.scale = TensorView(scale.data(), DType::kE8M0, Shape{w.rows, w.cols / 32});
+        (i % 3 == 0 ? x.w1 : i % 3 == 1 ? x.w3 : x.w2).push_back(to_backend(gpu, w, keep));
+    }
+    return x;
+}
+
 }  // namespace deepinfer::testing_support

@@ -15,12 +15,14 @@
 #include <vector>
 
 #include "backend/cuda/block_cache.h"
+#include "backend/cuda/experts_fp8.h"
 #include "backend/cuda/experts_wgmma.h"
 #include "backend/cuda/gemm_fp8.h"
 #include "backend/cuda/gemm_policy.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/lanes.h"
 #include "backend/cuda/op_profiler.h"
+#include "core/log.h"
 #include "core/thread_pool.h"
 
 namespace deepinfer {
@@ -175,6 +177,7 @@ public:
         main_lane_.release_handles();  // before its stream goes
         expert_tables_.clear();     // their memory goes back on the stream
         wgmma_tables_.clear();
+        fp8_experts_tables_.clear();
         cudaStreamSynchronize(stream_);
         cuda::BlockCache::detach(blocks_);  // tensors still alive (a model's weights) free themselves later
         profiler_.reset();
@@ -774,7 +777,11 @@ public:
     // kRoutedWgmmaMinTokens). DEEPINFER_CUDA_DECODE_EXPERTS=linear keeps the default sequence.
     void routed_experts(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& w1,
                         const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2, int rows_per_input,
-                        float swiglu_limit) override {
+                        float swiglu_limit, int act_block) override {
+        if (act_block > 0) {  // FP8 activations: the default sequence over quantized inputs
+            Backend::routed_experts(out, x, expert_of_row, w1, w3, w2, rows_per_input, swiglu_limit, act_block);
+            return;
+        }
         const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
         const bool enough = rows_per_input > 0 && expert_of_row.numel() / rows_per_input >= cuda::kRoutedWgmmaMinTokens;
         const void* table = decode_experts_wgmma_ && enough && wgmma_mode() ? wgmma_table(w1, t1, t3, t2) : nullptr;
@@ -796,10 +803,18 @@ public:
     // The experts dealt to side lanes (deal_experts()), each lane running its experts' chains one after the
     // other on its own scratch, forked from and joined back into stream_.
     void grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,
-                         const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
-                         float swiglu_limit) override {
+                         const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2, float swiglu_limit,
+                         int act_block) override {
         const std::vector<int64_t> starts = expert_run_starts(x, counts, w1, w3, w2);
         const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
+        if (act_block > 0) {
+            check_act_block(act_block, w1);
+            if (const void* table = fp8_experts_table(w1, t1, t3, t2, act_block))
+                run_fp8_experts(starts, table, w1[0], swiglu_limit, x.f32(), nullptr, nullptr);
+            else
+                Backend::grouped_experts(x, counts, w1, w3, w2, swiglu_limit, act_block);
+            return;
+        }
         if (wgmma_experts(t1, t3, t2)) {
             run_wgmma_experts(starts, t1, t3, t2, w1[0], swiglu_limit, x.f32(), nullptr, nullptr);
             return;
@@ -828,10 +843,11 @@ public:
     // scatter passes: 2 x 1.6 GB of f32 rows a layer at prefill 8 x 2048); other paths take the default.
     void grouped_experts_rows(TensorView out_rows, TensorView in_rows, int64_t cols, const std::vector<int64_t>& counts,
                               const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
-                              const std::vector<LinearWeight>& w2, float swiglu_limit) override {
+                              const std::vector<LinearWeight>& w2, float swiglu_limit, int act_block) override {
         const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
-        if (!wgmma_experts(t1, t3, t2)) {
-            Backend::grouped_experts_rows(out_rows, in_rows, cols, counts, w1, w3, w2, swiglu_limit);
+        const void* fp8_table = act_block > 0 ? fp8_experts_table(w1, t1, t3, t2, act_block) : nullptr;
+        if (act_block > 0 ? !fp8_table : !wgmma_experts(t1, t3, t2)) {
+            Backend::grouped_experts_rows(out_rows, in_rows, cols, counts, w1, w3, w2, swiglu_limit, act_block);
             return;
         }
         DI_ICHECK(in_rows.ndim() == 1 && out_rows.ndim() == 1 && in_rows.dim(0) == out_rows.dim(0) &&
@@ -839,8 +855,12 @@ public:
                   "grouped_experts_rows: in_rows ", in_rows.shape().str(), ", out_rows ", out_rows.shape().str());
         const std::vector<int64_t> starts =
             expert_run_starts(TensorView(nullptr, DType::kF32, Shape{in_rows.dim(0), cols}), counts, w1, w3, w2);
-        run_wgmma_experts(starts, t1, t3, t2, w1[0], swiglu_limit, nullptr, in_rows.as<const float* const>(),
-                          out_rows.as<float* const>());
+        if (fp8_table)
+            run_fp8_experts(starts, fp8_table, w1[0], swiglu_limit, nullptr, in_rows.as<const float* const>(),
+                            out_rows.as<float* const>());
+        else
+            run_wgmma_experts(starts, t1, t3, t2, w1[0], swiglu_limit, nullptr, in_rows.as<const float* const>(),
+                              out_rows.as<float* const>());
     }
 
 private:
@@ -928,6 +948,63 @@ private:
                                            swiglu_limit, stream_, in_rows, out_rows);
     }
 
+    // The FP8 experts (experts_fp8.cu) over runs starting at `starts`, as run_wgmma_experts.
+    void run_fp8_experts(const std::vector<int64_t>& starts, const void* table, const LinearWeight& w1,
+                         float swiglu_limit, float* x, const float* const* in_rows, float* const* out_rows) {
+        const auto op = profiler_->scope("grouped_experts fp8");
+        const std::vector<uint8_t> plan =
+            cuda::experts_fp8_plan(starts.data(), static_cast<int>(starts.size() - 1), w1.cols, w1.rows);
+        DI_ICHECK(plan.size() % 16 == 0, "grouped_experts: a plan of ", plan.size(), " bytes");
+        Tensor device_plan = alloc(DType::kI32, Shape{static_cast<int64_t>(plan.size() / 4)});
+        upload(device_plan, plan.data());
+        cuda::launch_grouped_experts_fp8(x, starts.back(), plan, device_plan.view().data(), table, w1.cols, w1.rows,
+                                         swiglu_limit, stream_, in_rows, out_rows);
+    }
+
+    // The FP8 experts' device table for three expert lists, or null where they do not apply: the FP8 tensor cores
+    // off (DEEPINFER_CUDA_FP8_GEMM=0), blocks other than 128, shapes or formats the kernels do not take, or a weight
+    // row whose scales span more binades than e4m3 holds exactly (experts_fp8_prepare, said once). Decided and built
+    // on the first use of a w1 list, as wgmma_table.
+    struct Fp8ExpertsTable {
+        uint64_t v1 = 0, v3 = 0, v2 = 0;
+        bool applies = false;
+        Tensor row_max;  // experts_fp8_row_bytes, as I32 words
+        Tensor device;   // [experts] cuda::ExpertsFp8Ptrs, as I32 words
+    };
+    const void* fp8_experts_table(const std::vector<LinearWeight>& w1, const ExpertTable& t1, const ExpertTable& t3,
+                                  const ExpertTable& t2, int act_block) {
+        if (!fp8_gemm_ || act_block != 128 || gemm_mode_ != GemmMode::kAuto) return nullptr;
+        Fp8ExpertsTable& t = fp8_experts_tables_[w1.data()];
+        if (t.v1 != t1.version || t.v3 != t3.version || t.v2 != t2.version) {
+            t.v1 = t1.version, t.v3 = t3.version, t.v2 = t2.version;
+            const int n = static_cast<int>(t1.host.size());
+            t.applies = t3.host.size() == t1.host.size() && t2.host.size() == t1.host.size() &&
+                        cuda::experts_fp8_shapes_ok(t1.host.data(), t3.host.data(), t2.host.data(), n);
+            t.row_max = Tensor(), t.device = Tensor();
+            if (t.applies) {
+                const int64_t bytes = cuda::experts_fp8_row_bytes(n, t1.host[0].cols, t1.host[0].rows);
+                t.row_max = alloc(DType::kI32, Shape{(bytes + 3) / 4});
+                uint8_t* row_max = static_cast<uint8_t*>(t.row_max.view().data());
+                t.applies =
+                    cuda::experts_fp8_prepare(t1.host.data(), t3.host.data(), t2.host.data(), n, row_max, stream_);
+                if (!t.applies) {
+                    DI_LOG(kWarn,
+                           "FP8 experts: a weight row's scales span more than e4m3 holds exactly; these experts "
+                           "take the bf16 path from quantized activations");
+                    t.row_max = Tensor();
+                }
+            }
+            if (t.applies) {
+                const std::vector<uint8_t> bytes =
+                    cuda::experts_fp8_table(t1.host.data(), t3.host.data(), t2.host.data(), n,
+                                            static_cast<const uint8_t*>(t.row_max.view().data()));
+                t.device = alloc(DType::kI32, Shape{static_cast<int64_t>(bytes.size() / 4)});
+                upload(t.device, bytes.data());
+            }
+        }
+        return t.applies ? t.device.view().data() : nullptr;
+    }
+
     // routed_experts on the wgmma kernels: whether they take the three expert lists (wgmma_takes(), at most
     // kRoutedWgmmaMaxExperts) and the device table of the experts' weight pointers.
     // Decided and built on the first use of a w1 list, keyed by its address, and again only when one of the three
@@ -1011,6 +1088,7 @@ private:
     bool decode_gemv_wgmma_ = true;     // DEEPINFER_CUDA_DECODE_GEMV
     bool fp8_gemm_ = true;              // DEEPINFER_CUDA_FP8_GEMM
     std::unordered_map<const LinearWeight*, WgmmaTable> wgmma_tables_;
+    std::unordered_map<const LinearWeight*, Fp8ExpertsTable> fp8_experts_tables_;
 };
 
 }  // namespace

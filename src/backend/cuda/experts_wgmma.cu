@@ -811,12 +811,6 @@ __global__ void __launch_bounds__(kPlanThreads) routed_plan_kernel(const PlanArg
 int plan_smem_bytes(int num_experts) { return (kPlanWarps + 3) * (num_experts + 1) * 4; }
 static_assert((kPlanWarps + 3) * (kRoutedWgmmaMaxExperts + 1) * 4 <= 48 * 1024, "the plan kernel's shared memory");
 
-bool fp4_expert_ok(const WeightDesc& w, int64_t rows, int64_t cols) {
-    return w.format == 2 && w.block_cols == 32 && w.rows == rows && w.cols == cols && w.scale_cols == cols / 32 &&
-           w.data && w.scale && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
-           reinterpret_cast<uintptr_t>(w.scale) % 4 == 0;
-}
-
 // `tiles` tiles, or at most that many when p.tile_count holds their number on the device; one CTA per SM at most.
 template <bool kGateUp, class R>
 void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream) {
@@ -856,6 +850,12 @@ std::vector<ExpertPtrs> expert_ptrs(const WeightDesc* w1, const WeightDesc* w3, 
 }
 
 }  // namespace
+
+bool fp4_expert_ok(const WeightDesc& w, int64_t rows, int64_t cols) {
+    return w.format == 2 && w.block_cols == 32 && w.rows == rows && w.cols == cols && w.scale_cols == cols / 32 &&
+           w.data && w.scale && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(w.scale) % 4 == 0;
+}
 
 bool grouped_experts_wgmma_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts) {
     // wgmma and setmaxnreg are sm_90a's: the device must be compute capability 9.0 (and the build must include 90a,

@@ -20,6 +20,9 @@ struct WeightDesc;
 // True when the fused kernels take these experts on the current device: a compute capability 9.0 GPU, all FP4
 // with 32-wide E8M0 groups, w1 and w3 [I, D], w2 [D, I] with D a multiple of 256 and I of 128, data 16-byte and
 // scales 4-byte aligned.
+// Whether w is an FP4 expert matrix [rows, cols] as the expert kernels read it: e2m1 with an E8M0 scale per 32 columns,
+// the codes 16-byte and the scales 4-byte aligned.
+bool fp4_expert_ok(const WeightDesc& w, int64_t rows, int64_t cols);
 bool grouped_experts_wgmma_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts);
 
 // The kernels' plan for runs starting at run_starts [num_experts + 1] (host, run_starts[0] = 0): tile lists and

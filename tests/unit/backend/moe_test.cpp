@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -92,8 +93,31 @@ protected:
         EXPECT_EQ(got.weights, want.weights);
     }
 
+    // `count` f32 experts [n, k] of N(0, std) weights (kept in store_), and the expert of each row of runs of `counts`.
+    std::vector<LinearWeight> f32_experts(size_t count, int64_t n, int64_t k, float std) {
+        std::vector<LinearWeight> ws;
+        for (size_t e = 0; e < count; ++e) {
+            store_.push_back(randn(n * k, std));
+            LinearWeight w;
+            w.rows = n;
+            w.cols = k;
+            w.name = "expert";
+            w.data = TensorView(store_.back().data(), DType::kF32, Shape{n, k});
+            ws.push_back(w);
+        }
+        return ws;
+    }
+    static Tensor ids_of_runs(const std::vector<int64_t>& counts) {
+        std::vector<int32_t> ids;
+        for (size_t e = 0; e < counts.size(); ++e) ids.insert(ids.end(), counts[e], static_cast<int32_t>(e));
+        Tensor t(DType::kI32, Shape{static_cast<int64_t>(ids.size())});
+        std::memcpy(t.as<int32_t>(), ids.data(), ids.size() * 4);
+        return t;
+    }
+
     std::unique_ptr<Backend> be_;
     std::mt19937 rng_{1234};
+    std::deque<std::vector<float>> store_;
 };
 
 TEST_F(CpuMoe, ScoreRoutingEveryScoringFunction) {
@@ -266,26 +290,11 @@ TEST_F(CpuMoe, GroupedExpertsEqualExpertLinearOverTheSameRows) {
     const int64_t d = 32, inter = 16;
     const float limit = 4.0f;  // clamps some of the gates and ups
     const std::vector<int64_t> counts = {3, 0, 5, 1, 0, 2};
-    std::vector<std::vector<float>> store;
-    auto experts = [&](int64_t n, int64_t k) {
-        std::vector<LinearWeight> ws;
-        for (size_t e = 0; e < counts.size(); ++e) {
-            store.push_back(randn(n * k, 0.3f));
-            LinearWeight w;
-            w.rows = n;
-            w.cols = k;
-            w.name = "expert";
-            w.data = TensorView(store.back().data(), DType::kF32, Shape{n, k});
-            ws.push_back(w);
-        }
-        return ws;
-    };
-    const std::vector<LinearWeight> w1 = experts(inter, d), w3 = experts(inter, d), w2 = experts(d, inter);
-    std::vector<int32_t> ids;
-    for (size_t e = 0; e < counts.size(); ++e) ids.insert(ids.end(), counts[e], static_cast<int32_t>(e));
-    const int64_t rows = static_cast<int64_t>(ids.size());
-    Tensor id_t(DType::kI32, Shape{rows});
-    std::memcpy(id_t.as<int32_t>(), ids.data(), rows * 4);
+    const size_t n = counts.size();
+    const std::vector<LinearWeight> w1 = f32_experts(n, inter, d, 0.3f), w3 = f32_experts(n, inter, d, 0.3f),
+                                    w2 = f32_experts(n, d, inter, 0.3f);
+    const Tensor id_t = ids_of_runs(counts);
+    const int64_t rows = id_t.numel();
 
     const std::vector<float> xv = randn(rows * d);
     Tensor x = f32_tensor(xv, Shape{rows, d});
@@ -301,6 +310,42 @@ TEST_F(CpuMoe, GroupedExpertsEqualExpertLinearOverTheSameRows) {
     std::vector<int64_t> short_counts = counts;
     --short_counts.back();
     EXPECT_THROW(be_->grouped_experts(x2, short_counts, w1, w3, w2, limit), Error);
+}
+
+// FP8 activations (act_block): routed_experts and grouped_experts multiply x and the SwiGLU output quantized as
+// fake_quantize(kFp8Ue8m0, block) quantizes them, bit for bit the sequence written out by hand; x itself is left as it
+// is by routed_experts; unquantized results differ; a block that does not divide D and I is an error.
+TEST_F(CpuMoe, ActivationBlockQuantizesBothProductsInputs) {
+    const int64_t d = 256, inter = 128, block = 128;
+    const float limit = 4.0f;
+    const std::vector<int64_t> counts = {3, 0, 5, 1};
+    const size_t n = counts.size();
+    const std::vector<LinearWeight> w1 = f32_experts(n, inter, d, 0.1f), w3 = f32_experts(n, inter, d, 0.1f),
+                                    w2 = f32_experts(n, d, inter, 0.1f);
+    const Tensor id_t = ids_of_runs(counts);
+    const int64_t rows = id_t.numel();
+    const std::vector<float> xv = randn(rows * d);
+
+    Tensor xq = f32_tensor(xv, Shape{rows, d});
+    be_->fake_quantize(xq, QuantSim::kFp8Ue8m0, block);
+    Tensor g = Tensor::f32(Shape{rows, inter}), u = Tensor::f32(Shape{rows, inter}), want = Tensor::f32(Shape{rows, d});
+    be_->expert_linear(g, xq, id_t, w1, 1);
+    be_->expert_linear(u, xq, id_t, w3, 1);
+    be_->swiglu(g, g, u, limit);
+    be_->fake_quantize(g, QuantSim::kFp8Ue8m0, block);
+    be_->expert_linear(want, g, id_t, w2, 1);
+
+    Tensor x = f32_tensor(xv, Shape{rows, d}), out = Tensor::f32(Shape{rows, d});
+    be_->routed_experts(out, x, id_t, w1, w3, w2, 1, limit, block);
+    EXPECT_EQ(0, std::memcmp(out.f32(), want.f32(), rows * d * 4)) << "routed_experts";
+    EXPECT_EQ(0, std::memcmp(x.f32(), xv.data(), rows * d * 4)) << "routed_experts changed its input";
+    be_->grouped_experts(x, counts, w1, w3, w2, limit, block);
+    EXPECT_EQ(0, std::memcmp(x.f32(), want.f32(), rows * d * 4)) << "grouped_experts";
+
+    Tensor plain = Tensor::f32(Shape{rows, d});
+    be_->routed_experts(plain, f32_tensor(xv, Shape{rows, d}), id_t, w1, w3, w2, 1, limit);
+    EXPECT_NE(0, std::memcmp(plain.f32(), want.f32(), rows * d * 4)) << "quantizing changed nothing";
+    EXPECT_THROW(be_->routed_experts(out, f32_tensor(xv, Shape{rows, d}), id_t, w1, w3, w2, 1, limit, 96), Error);
 }
 
 }  // namespace

@@ -1,0 +1,190 @@
+// What a consumer warpgroup's per-stage chain costs the FP8 tensor cores (sm_90a): each warpgroup loops over "stages"
+// of 4 wgmma.m64n128k32 e4m3 (k 128), committed and waited for, with the other parts of the FP8 experts kernel's chain
+// (backend/cuda/experts_fp8.cu) switched in one by one: the mbarrier wait, the proxy fence, the FP4 -> e4m3 decode of
+// the A fragments (shared-memory loads, a table lookup, byte permutes) and the promotion (the block accumulator times
+// the tokens' scales into a second one). No global memory traffic: the operands are whatever shared memory holds.
+// One CTA per SM, 1 or 2 warpgroups; also A from registers against A from shared memory, and bf16 for scale.
+//
+//   wgmma_chain_bench [stages]      (default 20000 a warpgroup)
+//
+// Prints TFLOP/s (at the e4m3 or bf16 FLOPs issued) and the time a stage takes.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+namespace {
+
+#define ACC64                                                                                                         \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+    "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
+    "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define ACC64_OUT(d)                                                                                            \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), \
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), \
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), \
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+__device__ __forceinline__ void e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ACC64
+        ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : ACC64_OUT(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+}
+__device__ __forceinline__ void e4m3_ss(float (&d)[64], uint64_t a, uint64_t b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ACC64
+        ", %64, %65, p, 1, 1;\n}\n"
+        : ACC64_OUT(d)
+        : "l"(a), "l"(b), "r"(scale_d));
+}
+__device__ __forceinline__ void bf16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ACC64
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : ACC64_OUT(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+}
+
+// K-major operand under the 128-byte swizzle (SBO 1024), as the kernels' b_desc.
+__device__ __forceinline__ uint64_t desc(uint32_t addr) {
+    return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+           (uint64_t{1} << 62);
+}
+__device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
+__device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+
+// The chain's parts, as bits of kParts.
+constexpr int kMbarrier = 1, kFence = 2, kDecode = 4, kPromote = 8, kSharedA = 16, kBf16 = 32;
+
+template <int kParts>
+__global__ void __launch_bounds__(256, 1) chain_kernel(float* sink, int stages) {
+    extern __shared__ __align__(1024) uint8_t smem_raw[];
+    const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+    const uint32_t base = (raw + 1023) & ~1023u;
+    uint8_t* sm = smem_raw + (base - raw);  // B at 0, A at 16 KB, FP4 bytes at 24 KB, scales at 32 KB, table at 40 KB
+    const uint32_t bar = base + 48 * 1024;
+    for (int i = threadIdx.x; i < 12 * 1024; i += blockDim.x) reinterpret_cast<uint32_t*>(sm)[i] = i * 2654435761u;
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
+        asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    float block[64], acc[64];
+    for (int i = 0; i < 64; ++i) block[i] = acc[i] = 0.0f, pin(block[i]);
+    uint32_t a[4][4];
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) a[i][j] = threadIdx.x * (i + 3) * (j + 5);
+    const uint64_t bd = desc(base), ad = desc(base + 16 * 1024);
+    const uint2* table = reinterpret_cast<const uint2*>(sm + 40 * 1024);
+    for (int s = 0; s < stages; ++s) {
+        if (kParts & kMbarrier) {  // a completed barrier: the wait's own cost
+            uint32_t done;
+            do {
+                asm volatile(
+                    "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
+                    : "=r"(done)
+                    : "r"(bar)
+                    : "memory");
+            } while (!done);
+            __syncwarp();
+        }
+        if (kParts & kFence) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        float2 xs[16];
+        if (kParts & kPromote)
+            for (int j = 0; j < 16; ++j) xs[j] = *reinterpret_cast<const float2*>(sm + 36 * 1024 + 4 * (8 * j + 2 * c));
+        if (kParts & kDecode) {  // as experts_fp8.cu's stage(): 2 rows x 4 words of 8 codes
+            const int r = (warp & 3) * 16 + g;
+            for (int h = 0; h < 2; ++h) {
+                const uint4 w = *reinterpret_cast<const uint4*>(sm + 24 * 1024 + (r + 8 * h) * 64 + c * 16);
+                const uint2 t = table[(sm[32 * 1024 + (r + 8 * h) * 4 + c] + s) & 15];
+                for (int k4 = 0; k4 < 4; ++k4) {
+                    const uint32_t u = k4 == 0 ? w.x : k4 == 1 ? w.y : k4 == 2 ? w.z : w.w;
+                    const uint32_t m = u & 0x77777777u, ul = u << 4;
+                    a[k4][h] = __byte_perm(t.x, t.y, m) | (__byte_perm(u, ul, 0x1504u) & 0x80808080u);
+                    a[k4][h + 2] = __byte_perm(t.x, t.y, m >> 16) | (__byte_perm(u, ul, 0x3726u) & 0x80808080u);
+                }
+            }
+        } else {
+            a[0][0] += 1;  // A redefined every stage, as a decode would
+        }
+        for (int i = 0; i < 4; ++i)
+            for (int j = 0; j < 4; ++j) pin(a[i][j]);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        for (int k4 = 0; k4 < 4; ++k4) {
+            const uint32_t scale_d = (kParts & kPromote) ? (k4 > 0) : 1u;
+            if (kParts & kBf16)
+                bf16_rs(block, a[k4], bd + 2 * k4, scale_d);
+            else if (kParts & kSharedA)
+                e4m3_ss(block, ad + 2 * k4, bd + 2 * k4, scale_d);
+            else
+                e4m3_rs(block, a[k4], bd + 2 * k4, scale_d);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        if (kParts & kPromote)
+            for (int j = 0; j < 16; ++j) {
+                acc[4 * j] = fmaf(block[4 * j], xs[j].x, acc[4 * j]);
+                acc[4 * j + 1] = fmaf(block[4 * j + 1], xs[j].y, acc[4 * j + 1]);
+                acc[4 * j + 2] = fmaf(block[4 * j + 2], xs[j].x, acc[4 * j + 2]);
+                acc[4 * j + 3] = fmaf(block[4 * j + 3], xs[j].y, acc[4 * j + 3]);
+            }
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < 64; ++i) sum += block[i] + acc[i];
+    if (sum == 12345.0f) sink[threadIdx.x] = sum;  // keeps the work
+}
+
+template <int kParts>
+void run(const char* name, int warpgroups, int stages, float* sink, int sms) {
+    constexpr int kSmem = 50 * 1024;
+    cudaFuncSetAttribute(chain_kernel<kParts>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    chain_kernel<kParts><<<sms, 128 * warpgroups, kSmem>>>(sink, 16);  // warm-up
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0);
+    chain_kernel<kParts><<<sms, 128 * warpgroups, kSmem>>>(sink, stages);
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    const double k = (kParts & kBf16) ? 16 : 32;
+    const double flop = 2.0 * sms * warpgroups * stages * 4 * 64 * 128 * k;
+    std::printf("%-44s %d warpgroup(s): %6.0f TFLOP/s, %6.1f ns a stage  (%s)\n", name, warpgroups, flop / ms * 1e-9,
+                ms * 1e6 / stages, cudaGetErrorString(cudaGetLastError()));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const int stages = argc > 1 ? std::atoi(argv[1]) : 20000;
+    int sms = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    float* sink = nullptr;
+    cudaMalloc(&sink, 4096);
+    for (int wgs = 1; wgs <= 2; ++wgs) {
+        run<0>("e4m3, A in registers", wgs, stages, sink, sms);
+        run<kSharedA>("e4m3, A in shared memory", wgs, stages, sink, sms);
+        run<kBf16>("bf16 (k16), A in registers", wgs, stages, sink, sms);
+    }
+    run<kFence>("+ proxy fence", 2, stages, sink, sms);
+    run<kMbarrier>("+ mbarrier wait", 2, stages, sink, sms);
+    run<kDecode>("+ FP4 decode into A", 2, stages, sink, sms);
+    run<kPromote>("+ promotion", 2, stages, sink, sms);
+    run<kDecode | kPromote>("+ decode, promotion", 2, stages, sink, sms);
+    run<kMbarrier | kDecode | kPromote>("+ mbarrier, decode, promotion", 2, stages, sink, sms);
+    run<kMbarrier | kFence | kDecode | kPromote>("+ all (experts_fp8.cu's chain)", 2, stages, sink, sms);
+    run<kMbarrier | kFence | kDecode | kPromote>("+ all (experts_fp8.cu's chain)", 1, stages, sink, sms);
+    cudaFree(sink);
+    return 0;
+}
