@@ -77,7 +77,7 @@ if [ $memcheck = 1 ] && command -v compute-sanitizer >/dev/null; then
     # The newer kernels (selection, attention, GEMMs and GEMVs, cuBLAS, MoE, mHC) under memcheck and synccheck;
     # racecheck (slow) on their smaller shapes.
     newer='*CudaSelect*:CudaArgmax*:CudaSampling*:*CudaAttention*:CudaIndexer*:CudaGemm*:CudaLinears*:CudaMoe*:'
-    newer+='CudaOps.HyperConnections*:CudaFp8Gemm*:CudaMoeFp8*'
+    newer+='CudaOps.HyperConnections*:CudaFp8Gemm*:CudaMoeFp8*:CudaExpertsFp8.SmallWidth*:CudaExpertsFp8.RowsByAddress*'
     small='*CudaSelect*:CudaArgmax*:CudaSampling.RowsAreIndependentAndRepeatable:*CudaAttention.SparseAttentionDecodeShapes/*:CudaIndexer.ScoresShapes:'
     small+='CudaGemmTc.GroupedLinear:CudaGemmTc.GemvTensorCoresGrouped:CudaLinears*:CudaMoe.RouteMatchesCpu:'
     small+='CudaMoe*.ExpertLinearExtremeFp4Scales'
@@ -102,17 +102,18 @@ step perplexity_vs_reference awk -v a="$(json_number "$out/perplexity_cuda.json"
     'BEGIN { d = (a - r) / r; printf "GPU %s vs reference %s: %+.3f%% (bound 0.5%%)\n", a, r, 100 * d;
              exit !(a != "" && d < 0.005 && d > -0.005) }'
 sed 's/^/      /' "$out/perplexity_vs_reference.log"
-# With FP8 activations (DEEPINFER_FP8_ACTIVATIONS=1, as DeepSeek's reference inference quantizes them; the CPU gives
-# 7.4991): the same bound.
+# With FP8 activations (DEEPINFER_FP8_ACTIVATIONS=1, as DeepSeek's reference inference quantizes them, the routed
+# experts' inputs included; the CPU gives 7.5004): the same bound.
 step perplexity_cuda_fp8 env DEEPINFER_FP8_ACTIVATIONS=1 "$bin_deepinfer" perplexity --device cuda \
     --json "$out/perplexity_cuda_fp8.json"
 step perplexity_fp8_vs_reference awk -v a="$(json_number "$out/perplexity_cuda_fp8.json" perplexity)" -v r="$reference" \
     'BEGIN { d = (a - r) / r; printf "GPU, FP8 activations, %s vs reference %s: %+.3f%% (bound 0.5%%)\n", a, r, 100 * d;
              exit !(a != "" && d < 0.005 && d > -0.005) }'
 sed 's/^/      /' "$out/perplexity_fp8_vs_reference.log"
-# Kernel micro-benchmarks, when built (bench/gemv, bench/attention, bench/gemm).
+# Kernel micro-benchmarks, when built (bench/gemv, bench/attention, bench/gemm; wgmma_chain_bench: the FP8 experts
+# kernel's per-stage chain on the tensor cores).
 # (gemm_bench without the fp32 tiled kernel: seconds a call at prefill sizes, and measured before.)
-for micro in gemv_bench attention_bench "gemm_bench --no-tiled"; do
+for micro in gemv_bench attention_bench "gemm_bench --no-tiled" wgmma_chain_bench; do
     path="$(dirname "$bin_deepinfer")/${micro%% *}"
     [ -x "$path" ] && step "${micro%% *}" "$path" ${micro#"${micro%% *}"}
 done
