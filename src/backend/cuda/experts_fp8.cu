@@ -50,8 +50,8 @@
 // 1.03-1.06x the bf16 wgmma kernels (experts_wgmma.cu) on the same weights; FP8's dense peak would allow ~3 ms. What
 // bounds it is each stage's serial chain in a consumer warpgroup: wait for the stage, fence, decode A, 4 wgmmas, wait
 // for them, promote. A stage holds a quarter of the bf16 kernel's tensor work per warpgroup, so the chain's fixed
-// costs are not hidden: ncu (gate/up) shows the schedulers issuing 0.43-0.49 a cycle with 3 warps each, stalled on
-// barriers and fixed latencies; taking the copies out altogether saves only ~7%, the promotion nothing. A micro-
+// costs are not hidden: ncu (gate/up) shows the schedulers issuing 0.49 instructions a cycle with 3 warps each, 0.77
+// of them eligible; taking the copies out altogether saves only ~7%, the promotion nothing. A micro-
 // benchmark of the chain (2 warpgroups, no memory traffic): 1,940 TFLOP/s for the wgmmas and a wait alone, 1,290 with
 // the A decode before them, 800 with the decode, the promotion, the mbarrier wait and the proxy fence. Tried and
 // slower: the producer warpgroup decoding A into shared memory for SS wgmmas (17.5 ms: one warp a scheduler cannot hide
