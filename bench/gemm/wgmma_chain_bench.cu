@@ -3,9 +3,10 @@
 // (backend/cuda/experts_fp8.cu) switched in one by one: the mbarrier wait, the proxy fence, the FP4 -> e4m3 decode of
 // the A fragments (shared-memory loads, a table lookup, byte permutes) and the promotion (the block accumulator times
 // the tokens' scales into a second one). No global memory traffic: the operands are whatever shared memory holds.
-// One CTA per SM, 1 or 2 warpgroups; also A from registers against A from shared memory, and bf16 for scale.
+// One CTA per SM, 1 or 2 warpgroups (4 at N = 64); also A from registers against A from shared memory, bf16 for
+// scale, and the chains of the next designs (the decode beside the wgmmas, narrower tiles on more warpgroups).
 //
-//   wgmma_chain_bench [stages]      (default 20000 a warpgroup)
+//   wgmma_chain_bench [stages]      (default 20000 a warpgroup; run in pairs, so an even number)
 //
 // Prints TFLOP/s (at the e4m3 or bf16 FLOPs issued) and the time a stage takes.
 #include <cuda_runtime.h>
@@ -37,6 +38,18 @@ __device__ __forceinline__ void e4m3_rs(float (&d)[64], const uint32_t (&a)[4], 
         : ACC64_OUT(d)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
 }
+// m64n64k32 (32 accumulators a thread): for the 4-warpgroup shape.
+__device__ __forceinline__ void e4m3_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, uint32_t scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\nwgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+}
 __device__ __forceinline__ void e4m3_ss(float (&d)[64], uint64_t a, uint64_t b, uint32_t scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ACC64
@@ -60,11 +73,29 @@ __device__ __forceinline__ uint64_t desc(uint32_t addr) {
 __device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
 __device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
 
-// The chain's parts, as bits of kParts.
-constexpr int kMbarrier = 1, kFence = 2, kDecode = 4, kPromote = 8, kSharedA = 16, kBf16 = 32;
+// The chain's parts, as bits of kParts. kOverlap: the decode of the next stage's A runs while this stage's wgmmas do
+// (into a second set of A registers), as the pipelined consumer would.
+constexpr int kMbarrier = 1, kFence = 2, kDecode = 4, kPromote = 8, kSharedA = 16, kBf16 = 32, kOverlap = 64;
 
-template <int kParts>
-__global__ void __launch_bounds__(256, 1) chain_kernel(float* sink, int stages) {
+// The FP4 -> e4m3 decode of experts_fp8.cu's consumers: 2 rows x 4 words of 8 codes into a lane's A fragments.
+__device__ __forceinline__ void decode(const uint8_t* sm, const uint2* table, int warp, int g, int c, int s,
+                                       uint32_t (&a)[4][4]) {
+    const int r = (warp & 3) * 16 + g;
+    for (int h = 0; h < 2; ++h) {
+        const uint4 w = *reinterpret_cast<const uint4*>(sm + 24 * 1024 + (r + 8 * h) * 64 + c * 16);
+        const uint2 t = table[(sm[32 * 1024 + (r + 8 * h) * 4 + c] + s) & 15];
+        for (int k4 = 0; k4 < 4; ++k4) {
+            const uint32_t u = k4 == 0 ? w.x : k4 == 1 ? w.y : k4 == 2 ? w.z : w.w;
+            const uint32_t m = u & 0x77777777u, ul = u << 4;
+            a[k4][h] = __byte_perm(t.x, t.y, m) | (__byte_perm(u, ul, 0x1504u) & 0x80808080u);
+            a[k4][h + 2] = __byte_perm(t.x, t.y, m >> 16) | (__byte_perm(u, ul, 0x3726u) & 0x80808080u);
+        }
+    }
+}
+
+// N: tokens a wgmma (128, or 64 for up to 4 warpgroups).
+template <int kParts, int N = 128>
+__global__ void __launch_bounds__(N == 64 ? 512 : 256, 1) chain_kernel(float* sink, int stages) {
     extern __shared__ __align__(1024) uint8_t smem_raw[];
     const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
     const uint32_t base = (raw + 1023) & ~1023u;
@@ -77,14 +108,16 @@ __global__ void __launch_bounds__(256, 1) chain_kernel(float* sink, int stages) 
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    float block[64], acc[64];
-    for (int i = 0; i < 64; ++i) block[i] = acc[i] = 0.0f, pin(block[i]);
-    uint32_t a[4][4];
+    float block[N / 2], acc[N / 2];
+    for (int i = 0; i < N / 2; ++i) block[i] = acc[i] = 0.0f, pin(block[i]);
+    uint32_t a[4][4], a_next[4][4];
     for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) a[i][j] = threadIdx.x * (i + 3) * (j + 5);
+        for (int j = 0; j < 4; ++j) a[i][j] = a_next[i][j] = threadIdx.x * (i + 3) * (j + 5);
     const uint64_t bd = desc(base), ad = desc(base + 16 * 1024);
     const uint2* table = reinterpret_cast<const uint2*>(sm + 40 * 1024);
-    for (int s = 0; s < stages; ++s) {
+    // One stage on A fragments `cur`; with kOverlap the next stage's are decoded into `nxt` beside the wgmmas (two
+    // sets of registers taking turns, so that no copy merges them and no wgmma input is redefined in flight).
+    const auto stage = [&](uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], int s) {
         if (kParts & kMbarrier) {  // a completed barrier: the wait's own cost
             uint32_t done;
             do {
@@ -97,69 +130,66 @@ __global__ void __launch_bounds__(256, 1) chain_kernel(float* sink, int stages) 
             __syncwarp();
         }
         if (kParts & kFence) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        float2 xs[16];
+        float2 xs[N / 8];
         if (kParts & kPromote)
-            for (int j = 0; j < 16; ++j) xs[j] = *reinterpret_cast<const float2*>(sm + 36 * 1024 + 4 * (8 * j + 2 * c));
-        if (kParts & kDecode) {  // as experts_fp8.cu's stage(): 2 rows x 4 words of 8 codes
-            const int r = (warp & 3) * 16 + g;
-            for (int h = 0; h < 2; ++h) {
-                const uint4 w = *reinterpret_cast<const uint4*>(sm + 24 * 1024 + (r + 8 * h) * 64 + c * 16);
-                const uint2 t = table[(sm[32 * 1024 + (r + 8 * h) * 4 + c] + s) & 15];
-                for (int k4 = 0; k4 < 4; ++k4) {
-                    const uint32_t u = k4 == 0 ? w.x : k4 == 1 ? w.y : k4 == 2 ? w.z : w.w;
-                    const uint32_t m = u & 0x77777777u, ul = u << 4;
-                    a[k4][h] = __byte_perm(t.x, t.y, m) | (__byte_perm(u, ul, 0x1504u) & 0x80808080u);
-                    a[k4][h + 2] = __byte_perm(t.x, t.y, m >> 16) | (__byte_perm(u, ul, 0x3726u) & 0x80808080u);
-                }
-            }
-        } else {
-            a[0][0] += 1;  // A redefined every stage, as a decode would
-        }
+            for (int j = 0; j < N / 8; ++j)
+                xs[j] = *reinterpret_cast<const float2*>(sm + 36 * 1024 + 4 * (8 * j + 2 * c));
+        if ((kParts & kDecode) && !(kParts & kOverlap))
+            decode(sm, table, warp, g, c, s, cur);
+        else if (!(kParts & kOverlap))
+            cur[0][0] += 1;  // A redefined every stage, as a decode would
         for (int i = 0; i < 4; ++i)
-            for (int j = 0; j < 4; ++j) pin(a[i][j]);
+            for (int j = 0; j < 4; ++j) pin(cur[i][j]);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         for (int k4 = 0; k4 < 4; ++k4) {
             const uint32_t scale_d = (kParts & kPromote) ? (k4 > 0) : 1u;
-            if (kParts & kBf16)
-                bf16_rs(block, a[k4], bd + 2 * k4, scale_d);
+            if constexpr (N == 64)
+                e4m3_rs(block, cur[k4], bd + 2 * k4, scale_d);
+            else if (kParts & kBf16)
+                bf16_rs(block, cur[k4], bd + 2 * k4, scale_d);
             else if (kParts & kSharedA)
                 e4m3_ss(block, ad + 2 * k4, bd + 2 * k4, scale_d);
             else
-                e4m3_rs(block, a[k4], bd + 2 * k4, scale_d);
+                e4m3_rs(block, cur[k4], bd + 2 * k4, scale_d);
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        if (kParts & kOverlap) decode(sm, table, warp, g, c, s + 1, nxt);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         if (kParts & kPromote)
-            for (int j = 0; j < 16; ++j) {
+            for (int j = 0; j < N / 8; ++j) {
                 acc[4 * j] = fmaf(block[4 * j], xs[j].x, acc[4 * j]);
                 acc[4 * j + 1] = fmaf(block[4 * j + 1], xs[j].y, acc[4 * j + 1]);
                 acc[4 * j + 2] = fmaf(block[4 * j + 2], xs[j].x, acc[4 * j + 2]);
                 acc[4 * j + 3] = fmaf(block[4 * j + 3], xs[j].y, acc[4 * j + 3]);
             }
+    };
+    for (int s = 0; s + 1 < stages; s += 2) {
+        stage(a, a_next, s);
+        stage(a_next, a, s + 1);
     }
     float sum = 0.0f;
-    for (int i = 0; i < 64; ++i) sum += block[i] + acc[i];
+    for (int i = 0; i < N / 2; ++i) sum += block[i] + acc[i];
     if (sum == 12345.0f) sink[threadIdx.x] = sum;  // keeps the work
 }
 
-template <int kParts>
+template <int kParts, int N = 128>
 void run(const char* name, int warpgroups, int stages, float* sink, int sms) {
     constexpr int kSmem = 50 * 1024;
-    cudaFuncSetAttribute(chain_kernel<kParts>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-    chain_kernel<kParts><<<sms, 128 * warpgroups, kSmem>>>(sink, 16);  // warm-up
+    cudaFuncSetAttribute(chain_kernel<kParts, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    chain_kernel<kParts, N><<<sms, 128 * warpgroups, kSmem>>>(sink, 16);  // warm-up
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     cudaEventRecord(e0);
-    chain_kernel<kParts><<<sms, 128 * warpgroups, kSmem>>>(sink, stages);
+    chain_kernel<kParts, N><<<sms, 128 * warpgroups, kSmem>>>(sink, stages);
     cudaEventRecord(e1);
     cudaEventSynchronize(e1);
     float ms = 0;
     cudaEventElapsedTime(&ms, e0, e1);
     const double k = (kParts & kBf16) ? 16 : 32;
-    const double flop = 2.0 * sms * warpgroups * stages * 4 * 64 * 128 * k;
-    std::printf("%-44s %d warpgroup(s): %6.0f TFLOP/s, %6.1f ns a stage  (%s)\n", name, warpgroups, flop / ms * 1e-9,
-                ms * 1e6 / stages, cudaGetErrorString(cudaGetLastError()));
+    const double flop = 2.0 * sms * warpgroups * stages * 4 * 64 * N * k;
+    std::printf("%-48s N %3d, %d warpgroup(s): %6.0f TFLOP/s, %6.1f ns a stage  (%s)\n", name, N, warpgroups,
+                flop / ms * 1e-9, ms * 1e6 / stages, cudaGetErrorString(cudaGetLastError()));
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
 }
@@ -185,6 +215,14 @@ int main(int argc, char** argv) {
     run<kMbarrier | kDecode | kPromote>("+ mbarrier, decode, promotion", 2, stages, sink, sms);
     run<kMbarrier | kFence | kDecode | kPromote>("+ all (experts_fp8.cu's chain)", 2, stages, sink, sms);
     run<kMbarrier | kFence | kDecode | kPromote>("+ all (experts_fp8.cu's chain)", 1, stages, sink, sms);
+    // What the next designs would leave: the decode beside the wgmmas; narrower tiles on more warpgroups.
+    constexpr int kAll = kMbarrier | kFence | kDecode | kPromote;
+    run<kAll | kOverlap>("+ all, the decode beside the wgmmas", 2, stages, sink, sms);
+    run<kAll | kOverlap>("+ all, the decode beside the wgmmas", 1, stages, sink, sms);
+    for (int wgs = 2; wgs <= 4; wgs += 2) {
+        run<kAll, 64>("+ all (N 64)", wgs, stages, sink, sms);
+        run<kAll | kOverlap, 64>("+ all, the decode beside the wgmmas (N 64)", wgs, stages, sink, sms);
+    }
     cudaFree(sink);
     return 0;
 }
