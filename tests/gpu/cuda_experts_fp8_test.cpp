@@ -43,6 +43,7 @@ namespace {
 
 using testing_support::make_weight;
 using testing_support::rel_error;
+using testing_support::swiglu;
 
 constexpr double kProductBound = 2e-3;
 constexpr double kSumBound = 1.0 / 1024;
@@ -65,11 +66,6 @@ protected:
         f.place(*gpu_, &storage_);
         return f;
     }
-    static std::vector<int64_t> starts_of(const std::vector<int64_t>& counts) {
-        std::vector<int64_t> s{0};
-        for (int64_t n : counts) s.push_back(s.back() + n);
-        return s;
-    }
     // The backend's grouped_experts over a device copy of x, with FP8 activations.
     std::vector<float> run_backend(const Ffns& f, const std::vector<float>& x, const std::vector<int64_t>& counts,
                                    float limit) {
@@ -89,7 +85,8 @@ protected:
         Tensor xd = gpu_->alloc(DType::kF32, Shape{rows, d}), hd = gpu_->alloc(DType::kF32, Shape{rows, f.inter()});
         gpu_->upload(xd, x.data());
         gpu_->synchronize();  // the backend's stream is non-blocking: the upload lands before the default stream runs
-        cuda::run_grouped_experts_fp8_sync(xd.f32(), starts_of(counts), f.d1, f.d3, f.d2, limit, hd.f32());
+        cuda::run_grouped_experts_fp8_sync(xd.f32(), testing_support::run_starts(counts), f.d1, f.d3, f.d2, limit,
+                                           hd.f32());
         std::vector<float> got(rows * d);
         gpu_->download(got.data(), xd);
         if (h) {
@@ -98,13 +95,6 @@ protected:
         }
         gpu_->synchronize();
         return got;
-    }
-    static float swiglu(float g, float u, float limit) {
-        if (limit > 0) {
-            g = std::fmin(g, limit);
-            u = std::fmin(std::fmax(u, -limit), limit);
-        }
-        return g / (1.0f + std::exp(-g)) * u;
     }
     // The largest change of swiglu(g, u) per unit change of g and of u within band_g and band_u of (g, u): SiLU's slope
     // (at most 1.1) times |u| and |SiLU(g)|; 0 only where the whole band lies past a clamp (a g just over the clamp on

@@ -33,6 +33,7 @@ using testing_support::HostWeight;
 using testing_support::kBf16Bound;
 using testing_support::make_weight;
 using testing_support::rel_error;
+using testing_support::swiglu;
 
 constexpr double kSameNumericsBound = 4e-3;
 
@@ -61,11 +62,6 @@ protected:
         f.place(*gpu_, &storage_);
         return f;
     }
-    static std::vector<int64_t> starts_of(const std::vector<int64_t>& counts) {
-        std::vector<int64_t> s{0};
-        for (int64_t n : counts) s.push_back(s.back() + n);
-        return s;
-    }
     // The fused kernels over a device copy of x; misaligned: x starts 4 bytes past a 16-byte boundary.
     std::vector<float> run_wgmma(const Ffns& f, const std::vector<float>& x, const std::vector<int64_t>& counts,
                                  float limit, bool misaligned = false) {
@@ -74,17 +70,10 @@ protected:
         const TensorView xd(buf.f32() + (misaligned ? 1 : 0), DType::kF32, Shape{rows, d});
         gpu_->upload(xd, x.data());
         gpu_->synchronize();  // the backend's stream is non-blocking: the upload must land before our stream runs
-        cuda::run_grouped_experts_wgmma_sync(xd.f32(), starts_of(counts), f.d1, f.d3, f.d2, limit);
+        cuda::run_grouped_experts_wgmma_sync(xd.f32(), testing_support::run_starts(counts), f.d1, f.d3, f.d2, limit);
         std::vector<float> got(rows * d);
         gpu_->download(got.data(), xd);
         return got;
-    }
-    static float swiglu(float g, float u, float limit) {
-        if (limit > 0) {
-            g = std::fmin(g, limit);
-            u = std::fmin(std::fmax(u, -limit), limit);
-        }
-        return g / (1.0f + std::exp(-g)) * u;
     }
     // The CPU with the kernels' roundings (see the header), expert by expert.
     std::vector<float> same_numerics(const Ffns& f, const std::vector<float>& x, const std::vector<int64_t>& counts,

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -192,6 +193,22 @@ inline std::vector<int32_t> routed_ids(std::mt19937& rng, int64_t tokens, int64_
         ids.insert(ids.end(), row.begin(), row.end());
     }
     return ids;
+}
+
+// SwiGLU as Backend::swiglu computes it in fp32: silu(min(g, limit)) * clamp(u, +-limit), no clamp where limit <= 0.
+inline float swiglu(float g, float u, float limit) {
+    if (limit > 0) {
+        g = std::fmin(g, limit);
+        u = std::fmin(std::fmax(u, -limit), limit);
+    }
+    return g / (1.0f + std::exp(-g)) * u;
+}
+
+// The first row of each run of `counts` rows, and the total at the end (grouped_experts' run starts).
+inline std::vector<int64_t> run_starts(const std::vector<int64_t>& counts) {
+    std::vector<int64_t> s{0};
+    for (int64_t n : counts) s.push_back(s.back() + n);
+    return s;
 }
 
 // Slots of expert runs addressed by pointer, as grouped_experts_rows takes them: slot i reads token row token_of[i] of

@@ -121,12 +121,8 @@ static_assert(k8perm(4) == 32 && k8perm(16) == 4 && k8perm(32) == 8 && k8perm(20
               "step 0: lane 1's a0 is real k 32; a2 of lane 0 is k 4; step 1 starts at k 8");
 static_assert(k8perm(4 * 5) + 3 == k8perm(4 * 5 + 3), "a lane's 4 stored positions are 4 consecutive real columns");
 
-struct Tile {
-    int expert, feature0, row0, rows;  // rows 1..kMaxN
-};
-struct PlanHeader {
-    int64_t tiles1, tiles2;  // gate/up and down tiles
-};
+using Tile = ExpertTile;  // rows 1..kMaxN
+using PlanHeader = ExpertTilesHeader;
 struct Params {
     const Tile* tiles;
     int num_tiles;
@@ -466,10 +462,9 @@ __global__ void __launch_bounds__(kThreads, 1) experts_fp8_kernel(const Params p
 #endif
 }
 
-// One warp per (row, 128-column block): 4 consecutive real columns a lane, the block's largest magnitude by shuffles
-// (as quantize_fp8_rows, gemm_fp8.cu: fake_quantize's maximum), the e4m3 codes stored at k8perm_inv of their columns
-// (lane l's 4 real columns are the stored positions 4 l .. 4 l + 3), the scale at s[b * rows + r]. in_rows (non-null):
-// row r of x is at in_rows[r] (the slots' token rows).
+// One warp per (row, 128-column block), fp8_quantize_quad over 4 consecutive real columns a lane: the codes stored at
+// k8perm_inv of their columns (lane l's 4 real columns are the stored positions 4 l .. 4 l + 3), the scale at
+// s[b * rows + r]. in_rows (non-null): row r of x is at in_rows[r] (the slots' token rows).
 __global__ void quantize_k8perm_kernel(uint8_t* __restrict__ q, float* __restrict__ s, const float* __restrict__ x,
                                        const float* const* __restrict__ in_rows, int64_t rows, int k) {
     pdl_prologue();  // see pdl.cuh
@@ -479,11 +474,9 @@ __global__ void quantize_k8perm_kernel(uint8_t* __restrict__ q, float* __restric
     const int64_t r = warp / blocks;
     const int b = static_cast<int>(warp % blocks);
     const float* row = in_rows ? in_rows[r] : x + r * k;
-    const float4 v = __ldg(reinterpret_cast<const float4*>(row + b * kBK + k8perm(4 * lane)));
-    const float sc = fp8_block_scale(warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)))));
-    reinterpret_cast<uint32_t*>(q + r * k + b * kBK)[lane] =
-        fp8_code(v.x, sc) | fp8_code(v.y, sc) << 8 | fp8_code(v.z, sc) << 16 | fp8_code(v.w, sc) << 24;
-    if (lane == 0) s[b * rows + r] = sc;
+    const Fp8Quad quad = fp8_quantize_quad(row + b * kBK + k8perm(4 * lane));
+    reinterpret_cast<uint32_t*>(q + r * k + b * kBK)[lane] = quad.codes;
+    if (lane == 0) s[b * rows + r] = quad.scale;
 }
 
 // Each weight row's largest E8M0 byte; *bad = 1 where a row's bytes span more than kSpan binades or hold 255 (NaN).
@@ -575,32 +568,8 @@ std::vector<uint8_t> experts_fp8_table(const WeightDesc* w1, const WeightDesc* w
 }
 
 std::vector<uint8_t> experts_fp8_plan(const int64_t* run_starts, int num_experts, int64_t d, int64_t inter) {
-    DI_ICHECK(run_starts[0] == 0 && run_starts[num_experts] < (int64_t{1} << 31) && d % kDownFeatures == 0 &&
-                  inter % kDownFeatures == 0,
-              "experts_fp8: run starts 0 .. ", run_starts[num_experts], ", D ", d, ", I ", inter);
-    // Tiles expert-major, then feature tile, then token tile: the CTAs running at once share one expert's weights and
-    // its activations through L2.
-    std::vector<Tile> tiles1, tiles2;
-    for (int e = 0; e < num_experts; ++e) {
-        const int64_t r0 = run_starts[e], n = run_starts[e + 1] - r0;
-        DI_ICHECK(n >= 0, "experts_fp8: run ", e, " has ", n, " rows");
-        for (int64_t f = 0; f < inter; f += kGateUpFeatures)
-            for (int64_t t = 0; t < n; t += kMaxN)
-                tiles1.push_back({e, static_cast<int>(f), static_cast<int>(r0 + t),
-                                  static_cast<int>(std::min<int64_t>(kMaxN, n - t))});
-        for (int64_t f = 0; f < d; f += kDownFeatures)
-            for (int64_t t = 0; t < n; t += kMaxN)
-                tiles2.push_back({e, static_cast<int>(f), static_cast<int>(r0 + t),
-                                  static_cast<int>(std::min<int64_t>(kMaxN, n - t))});
-    }
-    static_assert(sizeof(Tile) == 16 && sizeof(PlanHeader) == 16, "plan layout");
-    const PlanHeader header{static_cast<int64_t>(tiles1.size()), static_cast<int64_t>(tiles2.size())};
-    const size_t b1 = tiles1.size() * sizeof(Tile), b2 = tiles2.size() * sizeof(Tile);
-    std::vector<uint8_t> plan(sizeof header + b1 + b2);
-    std::memcpy(plan.data(), &header, sizeof header);
-    std::memcpy(plan.data() + sizeof header, tiles1.data(), b1);
-    std::memcpy(plan.data() + sizeof header + b1, tiles2.data(), b2);
-    return plan;
+    DI_ICHECK(d % kDownFeatures == 0 && inter % kDownFeatures == 0, "experts_fp8: D ", d, ", I ", inter);
+    return expert_tile_plan(run_starts, num_experts, d, inter, kGateUpFeatures, kDownFeatures, kMaxN, "experts_fp8");
 }
 
 void launch_grouped_experts_fp8(float* x, int64_t rows, const std::vector<uint8_t>& plan, const void* device_plan,

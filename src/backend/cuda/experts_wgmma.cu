@@ -198,12 +198,8 @@ template <int Batch, int Wgs>
 using DecodeRingOf = Ring<32, 8, Batch, Wgs>;
 using DecodeRing = DecodeRingOf<4, 4>;  // the defaults (the plan's tiles hold DecodeRing::kMaxN rows, as every one's)
 
-struct Tile {
-    int expert, feature0, row0, rows;  // rows 1..kMaxN of the ring it runs on
-};
-struct PlanHeader {
-    int64_t tiles1, tiles2;  // gate/up and down tiles
-};
+using Tile = ExpertTile;  // rows 1..kMaxN of the ring it runs on
+using PlanHeader = ExpertTilesHeader;
 struct ExpertPtrs {
     const uint8_t* data[3];   // w1, w3, w2 FP4 bytes
     const uint8_t* scale[3];  // their E8M0 bytes
@@ -875,33 +871,40 @@ std::vector<uint8_t> grouped_experts_wgmma_plan(const int64_t* run_starts, int n
                                                 const WeightDesc* w3, const WeightDesc* w2, int64_t d, int64_t inter) {
     DI_ICHECK(grouped_experts_wgmma_applies(w1, w3, w2, num_experts) && w1[0].cols == d && w1[0].rows == inter,
               "grouped_experts_wgmma: experts the kernels do not take (D ", d, ", I ", inter, ")");
-    DI_ICHECK(run_starts[0] == 0 && run_starts[num_experts] < (int64_t{1} << 31),
-              "grouped_experts_wgmma: run starts 0 .. ", run_starts[num_experts]);
-    // Tiles, expert-major, then feature tile, then token tile (see the header comment).
-    constexpr int64_t kMaxN = PrefillRing::kMaxN;
+    std::vector<uint8_t> plan = expert_tile_plan(run_starts, num_experts, d, inter, kGateUpFeatures, kDownFeatures,
+                                                 PrefillRing::kMaxN, "grouped_experts_wgmma");
+    // Then the experts' pointers, 16-byte aligned like the rest.
+    const std::vector<ExpertPtrs> experts = expert_ptrs(w1, w3, w2, num_experts);
+    static_assert(sizeof(ExpertPtrs) == 48, "plan layout");
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(experts.data());
+    plan.insert(plan.end(), bytes, bytes + experts.size() * sizeof(ExpertPtrs));
+    return plan;
+}
+
+std::vector<uint8_t> expert_tile_plan(const int64_t* run_starts, int num_experts, int64_t d, int64_t inter,
+                                      int gate_up_features, int down_features, int max_rows, const char* who) {
+    DI_ICHECK(run_starts[0] == 0 && run_starts[num_experts] < (int64_t{1} << 31), who, ": run starts 0 .. ",
+              run_starts[num_experts]);
     std::vector<Tile> tiles1, tiles2;
     for (int e = 0; e < num_experts; ++e) {
         const int64_t r0 = run_starts[e], n = run_starts[e + 1] - r0;
-        DI_ICHECK(n >= 0, "grouped_experts_wgmma: run ", e, " has ", n, " rows");
-        for (int64_t f = 0; f < inter; f += kGateUpFeatures)
-            for (int64_t t = 0; t < n; t += kMaxN)
+        DI_ICHECK(n >= 0, who, ": run ", e, " has ", n, " rows");
+        for (int64_t f = 0; f < inter; f += gate_up_features)
+            for (int64_t t = 0; t < n; t += max_rows)
                 tiles1.push_back({e, static_cast<int>(f), static_cast<int>(r0 + t),
-                                  static_cast<int>(std::min<int64_t>(kMaxN, n - t))});
-        for (int64_t f = 0; f < d; f += kDownFeatures)
-            for (int64_t t = 0; t < n; t += kMaxN)
+                                  static_cast<int>(std::min<int64_t>(max_rows, n - t))});
+        for (int64_t f = 0; f < d; f += down_features)
+            for (int64_t t = 0; t < n; t += max_rows)
                 tiles2.push_back({e, static_cast<int>(f), static_cast<int>(r0 + t),
-                                  static_cast<int>(std::min<int64_t>(kMaxN, n - t))});
+                                  static_cast<int>(std::min<int64_t>(max_rows, n - t))});
     }
-    const std::vector<ExpertPtrs> experts = expert_ptrs(w1, w3, w2, num_experts);
-    // [header: the two tile counts] [tiles1] [tiles2] [experts], each 16-byte aligned.
-    static_assert(sizeof(Tile) == 16 && sizeof(ExpertPtrs) == 48 && sizeof(PlanHeader) == 16, "plan layout");
+    static_assert(sizeof(Tile) == 16 && sizeof(PlanHeader) == 16, "plan layout: every part 16-byte aligned");
     const PlanHeader header{static_cast<int64_t>(tiles1.size()), static_cast<int64_t>(tiles2.size())};
     const size_t b1 = tiles1.size() * sizeof(Tile), b2 = tiles2.size() * sizeof(Tile);
-    std::vector<uint8_t> plan(sizeof header + b1 + b2 + experts.size() * sizeof(ExpertPtrs));
+    std::vector<uint8_t> plan(sizeof header + b1 + b2);
     std::memcpy(plan.data(), &header, sizeof header);
     std::memcpy(plan.data() + sizeof header, tiles1.data(), b1);
     std::memcpy(plan.data() + sizeof header + b1, tiles2.data(), b2);
-    std::memcpy(plan.data() + sizeof header + b1 + b2, experts.data(), experts.size() * sizeof(ExpertPtrs));
     return plan;
 }
 

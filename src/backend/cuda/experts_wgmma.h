@@ -20,6 +20,21 @@ struct WeightDesc;
 // True when the fused kernels take these experts on the current device: a compute capability 9.0 GPU, all FP4
 // with 32-wide E8M0 groups, w1 and w3 [I, D], w2 [D, I] with D a multiple of 256 and I of 128, data 16-byte and
 // scales 4-byte aligned.
+// A tile of the prefill expert kernels (experts_wgmma.cu, experts_fp8.cu): `rows` rows (1 .. the kernel's tile height)
+// of expert `expert`'s run from sorted row row0, weight features feature0 .. of the product's tile width.
+struct ExpertTile {
+    int expert, feature0, row0, rows;
+};
+struct ExpertTilesHeader {
+    int64_t tiles1, tiles2;  // gate/up and down tiles
+};
+// Both kernels' tile lists, as they are copied to the device: [ExpertTilesHeader] [gate/up tiles] [down tiles], each
+// run (run_starts [num_experts + 1]) cut into tiles of max_rows rows and the features into gate_up_features of inter
+// and down_features of d; expert-major, then feature tile, then token tile, so that the CTAs running at once share one
+// expert's weights and its activations through L2. `who` names the caller in errors.
+std::vector<uint8_t> expert_tile_plan(const int64_t* run_starts, int num_experts, int64_t d, int64_t inter,
+                                      int gate_up_features, int down_features, int max_rows, const char* who);
+
 // Whether w is an FP4 expert matrix [rows, cols] as the expert kernels read it: e2m1 with an E8M0 scale per 32 columns,
 // the codes 16-byte and the scales 4-byte aligned.
 bool fp4_expert_ok(const WeightDesc& w, int64_t rows, int64_t cols);

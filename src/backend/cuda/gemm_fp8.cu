@@ -32,8 +32,7 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 constexpr int64_t kBlock = 128;
 
-// One warp per (row, 128-column block), 4 consecutive columns a lane: the block's largest magnitude by shuffles (fmaxf
-// in any order gives fake_quantize's serial maximum, NaN ignored alike), then each element's e4m3 code.
+// One warp per (row, 128-column block): fp8_quantize_quad's codes and scale.
 __global__ void quantize_fp8_rows_kernel(const float* __restrict__ x, uint32_t* __restrict__ xq, float* __restrict__ sx,
                                          int64_t rows, int64_t cols) {
     const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -41,11 +40,9 @@ __global__ void quantize_fp8_rows_kernel(const float* __restrict__ x, uint32_t* 
     const int64_t blocks_per_row = cols / kBlock;
     if (warp >= rows * blocks_per_row) return;
     const int64_t r = warp / blocks_per_row, b = warp % blocks_per_row;
-    const float4 v = __ldg(reinterpret_cast<const float4*>(x + r * cols + b * kBlock) + lane);
-    const float s = fp8_block_scale(warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)))));
-    xq[(r * cols + b * kBlock) / 4 + lane] =
-        fp8_code(v.x, s) | fp8_code(v.y, s) << 8 | fp8_code(v.z, s) << 16 | fp8_code(v.w, s) << 24;
-    if (lane == 0) sx[b * rows + r] = s;  // [cols / 128, rows]: each group's [its blocks, rows] in turn
+    const Fp8Quad q = fp8_quantize_quad(x + r * cols + b * kBlock + 4 * lane);
+    xq[(r * cols + b * kBlock) / 4 + lane] = q.codes;
+    if (lane == 0) sx[b * rows + r] = q.scale;  // [cols / 128, rows]: each group's [its blocks, rows] in turn
 }
 
 // The weight's E8M0 block scales as the f32 scales cuBLASLt takes: 2^(e - 127), NaN for 255.

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_common.cuh"
+
 namespace deepinfer::cuda {
 
 // The smallest power of two >= r (r > 0 and finite).
@@ -43,6 +45,20 @@ __device__ __forceinline__ uint32_t fp8_code(float v, float s) {
 // The value of an e4m3 code (exact through f16).
 __device__ __forceinline__ float fp8_code_float(uint32_t code) {
     return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3)));
+}
+
+// One warp's FP8 quantization of a 128-column block, 4 of its columns a lane (every lane of the warp calls it, `four`
+// the lane's 4 consecutive values, 16-byte aligned): the block's scale, its largest magnitude found by shuffles (fmaxf
+// in any order gives fake_quantize's serial maximum, NaN ignored alike), and the lane's 4 e4m3 codes, value i in
+// byte i.
+struct Fp8Quad {
+    uint32_t codes;
+    float scale;
+};
+__device__ __forceinline__ Fp8Quad fp8_quantize_quad(const float* __restrict__ four) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(four));
+    const float s = fp8_block_scale(warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)))));
+    return {fp8_code(v.x, s) | fp8_code(v.y, s) << 8 | fp8_code(v.z, s) << 16 | fp8_code(v.w, s) << 24, s};
 }
 
 }  // namespace deepinfer::cuda
