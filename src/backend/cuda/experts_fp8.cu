@@ -46,6 +46,11 @@
 // instructions (decode ~80, promotion 64 FMAs and 16 scale loads, barriers and descriptors), two such warps a
 // scheduler.
 //
+// The decode of stage s + 1's A fragments runs while stage s's wgmmas do (two sets of A registers, 16 each, taking
+// turns), which takes it out of the chain below; the tokens' scales are read during the promotion instead of held
+// (32 registers).
+// UNMEASURED: the numbers below are of the version that decoded in the chain.
+//
 // Measured on an H200 (CudaExpertsFp8.PrefillThroughput, the whole op with both quantizations): 9.7 ms = 510 TFLOP/s,
 // 1.03-1.06x the bf16 wgmma kernels (experts_wgmma.cu) on the same weights; FP8's dense peak would allow ~3 ms. What
 // bounds it is each stage's serial chain in a consumer warpgroup: wait for the stage, fence, decode A, 4 wgmmas, wait
@@ -295,21 +300,18 @@ __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_lo
     }
 }
 
-// One 128-k stage of a consumer warpgroup (slice wg): 4 wgmma steps into the block accumulator `block`, then its
-// promotion into acc times the tokens' scales. s: the CTA's stage count. ref_idx[h] = kSpan - the largest E8M0 byte
-// of the lane's row arow + 8 h, so that table row e + ref_idx[h] is the row of d = e - ref.
-template <int N>
-__device__ __forceinline__ void stage(unsigned s, float (&acc)[N / 2], float (&block)[N / 2], const uint8_t* ring_ptr,
-                                      uint32_t ring, uint32_t bars, const uint2* table, int wg, int arow, int c,
-                                      const int (&ref_idx)[2]) {
+// A consumer lane's A fragments of stage s, decoded from the slot once its copies have landed (waits for them):
+// rows arow and arow + 8 of slice wg, FP4 chunk c. ref_idx[h] = kSpan - the largest E8M0 byte of row arow + 8 h, so
+// that table row e + ref_idx[h] is the row of d = e - ref.
+__device__ __forceinline__ void decode_a(unsigned s, uint32_t (&a)[4][4], const uint8_t* ring_ptr, uint32_t bars,
+                                         const uint2* table, int wg, int arow, int c, const int (&ref_idx)[2]) {
     const unsigned st = s % kStages;
     mbar_wait(bars + 8 * st, (s / kStages) & 1);
     __syncwarp();
-    fence_proxy_async();
+    fence_proxy_async();  // the copies, for the wgmmas that read B
     const uint8_t* sb = ring_ptr + st * kStageBytes;
     const uint8_t* sw = sb + kBBytes + wg * kSliceWBytes;
     const uint8_t* ss = sb + kBBytes + kWBytes + wg * kSliceSBytes;
-    const float* xs = reinterpret_cast<const float*>(sb + kBBytes + kWBytes + kSBytes);
     uint4 raw[2];
     uint2 t[2];
 #pragma unroll
@@ -318,32 +320,44 @@ __device__ __forceinline__ void stage(unsigned s, float (&acc)[N / 2], float (&b
         raw[h] = *reinterpret_cast<const uint4*>(sw + r * 64 + c * 16);
         t[h] = table[ss[r * 4 + c] + ref_idx[h]];
     }
-    float2 xsc[N / 8];  // the scales of the lane's tokens 8 j + 2 c and 8 j + 2 c + 1
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) xsc[j] = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * c);
-    uint32_t a[4][4];
 #pragma unroll
     for (int k4 = 0; k4 < 4; ++k4) {
         fp4_word_to_e4m3(word_of(raw[0], k4), t[0], a[k4][0], a[k4][2]);
         fp4_word_to_e4m3(word_of(raw[1], k4), t[1], a[k4][1], a[k4][3]);
+    }
+}
+
+// One 128-k stage of a consumer warpgroup (slice wg), its A fragments decoded (a): 4 wgmma steps into the block
+// accumulator; while they run, the next stage's A decoded into a_next (when `next`); then the promotion into acc
+// times the tokens' scales (read from the slot before it is handed back). s: the CTA's stage count.
+template <int N>
+__device__ __forceinline__ void stage(unsigned s, bool next, float (&acc)[N / 2], float (&block)[N / 2],
+                                      uint32_t (&a)[4][4], uint32_t (&a_next)[4][4], const uint8_t* ring_ptr,
+                                      uint32_t ring, uint32_t bars, const uint2* table, int wg, int arow, int c,
+                                      const int (&ref_idx)[2]) {
+    const unsigned st = s % kStages;
+#pragma unroll
+    for (int k4 = 0; k4 < 4; ++k4)
 #pragma unroll
         for (int i = 0; i < 4; ++i) pin(a[k4][i]);  // defined before the fence
-    }
     const uint64_t desc = b_desc(ring + st * kStageBytes);
     wgmma_fence();
 #pragma unroll
     for (int k4 = 0; k4 < 4; ++k4)  // step k4 starts 32 bytes on inside the swizzle atom's rows
         Wgmma8<N>::mma(block, a[k4][0], a[k4][1], a[k4][2], a[k4][3], desc + 2 * k4, k4 > 0 ? 1u : 0u);
     wgmma_commit();
+    if (next) decode_a(s + 1, a_next, ring_ptr, bars, table, wg, arow, c, ref_idx);  // beside the products
     wgmma_wait<0>();
-    mbar_arrive(bars + 8 * (kStages + st));  // the stage is read (its scales are in registers)
+    const float* xs = reinterpret_cast<const float*>(ring_ptr + st * kStageBytes + kBBytes + kWBytes + kSBytes);
 #pragma unroll
-    for (int j = 0; j < N / 8; ++j) {
-        acc[4 * j + 0] = fmaf(block[4 * j + 0], xsc[j].x, acc[4 * j + 0]);
-        acc[4 * j + 1] = fmaf(block[4 * j + 1], xsc[j].y, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(block[4 * j + 2], xsc[j].x, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(block[4 * j + 3], xsc[j].y, acc[4 * j + 3]);
+    for (int j = 0; j < N / 8; ++j) {  // the scales of the lane's tokens 8 j + 2 c and 8 j + 2 c + 1
+        const float2 x = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * c);
+        acc[4 * j + 0] = fmaf(block[4 * j + 0], x.x, acc[4 * j + 0]);
+        acc[4 * j + 1] = fmaf(block[4 * j + 1], x.y, acc[4 * j + 1]);
+        acc[4 * j + 2] = fmaf(block[4 * j + 2], x.x, acc[4 * j + 2]);
+        acc[4 * j + 3] = fmaf(block[4 * j + 3], x.y, acc[4 * j + 3]);
     }
+    mbar_arrive(bars + 8 * (kStages + st));  // the stage is read
 }
 
 // One tile of a consumer warpgroup; `it`: the CTA's stages before this tile. The epilogue stores straight from the
@@ -374,9 +388,17 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
         pin(block[i]);
     }
     const unsigned nk = static_cast<unsigned>(p.k / kBK);
+    // Two sets of A fragments taking turns (no copy between them, which ptxas could merge into a wgmma input that is
+    // still being read: wgmma_chain_bench's copy-based version drew C7513, every wgmma serialized).
+    uint32_t a0[4][4], a1[4][4];
+    decode_a(it, a0, ring_ptr, bars, table, wg, arow, c, ref_idx);  // the tile's first stage
+    unsigned kb = 0;
 #pragma unroll 1
-    for (unsigned kb = 0; kb < nk; ++kb)
-        stage<N>(it + kb, acc, block, ring_ptr, ring, bars, table, wg, arow, c, ref_idx);
+    for (; kb + 1 < nk; kb += 2) {
+        stage<N>(it + kb, true, acc, block, a0, a1, ring_ptr, ring, bars, table, wg, arow, c, ref_idx);
+        stage<N>(it + kb + 1, kb + 2 < nk, acc, block, a1, a0, ring_ptr, ring, bars, table, wg, arow, c, ref_idx);
+    }
+    if (kb < nk) stage<N>(it + kb, false, acc, block, a0, a1, ring_ptr, ring, bars, table, wg, arow, c, ref_idx);
     if constexpr (kGateUp) {
         float* h =
             static_cast<float*>(p.out) + static_cast<int64_t>(t.row0) * p.out_cols + t.feature0 + 32 * wg + 8 * wl + g;
