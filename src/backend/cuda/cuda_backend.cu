@@ -774,19 +774,19 @@ public:
     // "Decode") wherever they take the experts, from kRoutedWgmmaMinTokens tokens (moe_forward sends up to
     // kMoeDeviceSlots slots): one expert's weights are read once for all its slots, by an 8-stage asynchronous ring,
     // where expert_linear reads them once per product at 30-45% of the HBM's rate (measured figures at
-    // kRoutedWgmmaMinTokens). DEEPINFER_CUDA_DECODE_EXPERTS=linear keeps the default sequence.
+    // kRoutedWgmmaMinTokens). DEEPINFER_CUDA_DECODE_EXPERTS=linear keeps the default sequence. With FP8 activations
+    // (act_block 128) the kernels read a quantized copy of x and quantize h between their two products.
     void routed_experts(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& w1,
                         const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2, int rows_per_input,
                         float swiglu_limit, int act_block) override {
-        if (act_block > 0) {  // FP8 activations: the default sequence over quantized inputs
-            Backend::routed_experts(out, x, expert_of_row, w1, w3, w2, rows_per_input, swiglu_limit, act_block);
-            return;
-        }
+        check_act_block(act_block, w1);
         const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
         const bool enough = rows_per_input > 0 && expert_of_row.numel() / rows_per_input >= cuda::kRoutedWgmmaMinTokens;
-        const void* table = decode_experts_wgmma_ && enough && wgmma_mode() ? wgmma_table(w1, t1, t3, t2) : nullptr;
+        const void* table = decode_experts_wgmma_ && enough && wgmma_mode() && (act_block == 0 || act_block == 128)
+                                ? wgmma_table(w1, t1, t3, t2)
+                                : nullptr;
         if (!table) {
-            Backend::routed_experts(out, x, expert_of_row, w1, w3, w2, rows_per_input, swiglu_limit);
+            Backend::routed_experts(out, x, expert_of_row, w1, w3, w2, rows_per_input, swiglu_limit, act_block);
             return;
         }
         const int64_t r = expert_of_row.numel(), d = w1[0].cols;
@@ -796,9 +796,17 @@ public:
                   "routed_experts: x ", x.shape().str(), ", out ", out.shape().str(), ", ", r, " rows, ",
                   rows_per_input, " per input");
         if (r == 0) return;
+        // FP8 activations: the kernels read a quantized copy of x and quantize h themselves (quantize_h).
+        Tensor xq;
+        if (act_block > 0) {
+            xq = alloc(DType::kF32, x.shape());
+            copy(xq, x);
+            fake_quantize(xq, QuantSim::kFp8Ue8m0, act_block);
+        }
         const auto op = profiler_->scope("routed_experts wgmma");
-        cuda::launch_routed_experts_wgmma(out.f32(), x.f32(), expert_of_row.as<const int32_t>(), r, rows_per_input,
-                                          table, static_cast<int>(w1.size()), d, w1[0].rows, swiglu_limit, stream_);
+        cuda::launch_routed_experts_wgmma(
+            out.f32(), act_block > 0 ? xq.f32() : x.f32(), expert_of_row.as<const int32_t>(), r, rows_per_input, table,
+            static_cast<int>(w1.size()), d, w1[0].rows, swiglu_limit, stream_, act_block > 0);
     }
     // The experts dealt to side lanes (deal_experts()), each lane running its experts' chains one after the
     // other on its own scratch, forked from and joined back into stream_.

@@ -128,6 +128,7 @@
 #include "backend/cuda/experts_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
+#include "backend/cuda/quant_math.cuh"
 #include "backend/cuda/wgmma_common.cuh"
 #include "deepinfer/error.h"
 
@@ -215,6 +216,7 @@ struct Params {
     int k;                // the product's K
     int out_cols;
     float limit;  // SwiGLU clamp (gate/up; 0: none)
+    bool h_f32;   // gate/up: h written as f32 [R, out_cols] in natural column order, for quantize_h_kernel
 };
 
 // ---- the kernels ----------------------------------------------------------------------------------------------
@@ -585,8 +587,12 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
                 if (n < t.rows) {
                     float hv = swiglu(acc[0][4 * j + v], acc[M - 1][4 * j + v + (M == 2 ? 0 : 2)], p.limit);
                     if (M == 1) pin(hv);  // one h at a time: interleaved, their divisions spilled at 112 registers
-                    h[static_cast<int64_t>(n) * p.out_cols + kperm_inv(f)] =
-                        __bfloat16_as_ushort(__float2bfloat16_rn(hv));
+                    if (p.h_f32)
+                        static_cast<float*>(p.out)[(static_cast<int64_t>(t.row0) + n) * p.out_cols + t.feature0 + f] =
+                            hv;
+                    else
+                        h[static_cast<int64_t>(n) * p.out_cols + kperm_inv(f)] =
+                            __bfloat16_as_ushort(__float2bfloat16_rn(hv));
                 }
             }
         }
@@ -682,6 +688,25 @@ __global__ void to_bf16_permuted_kernel(uint16_t* __restrict__ xb, const float* 
     const float* row = in_rows ? in_rows[r] : x + r * k;
     const float* src = row + (ch >> 4) * kBK + kperm(8 * m);
     *reinterpret_cast<uint4*>(xb + r * k + 8 * ch) = bf16_chunk_of(src);
+}
+
+// FP8 activations (act_block 128): h [rows, k] bf16 bits, stored column q of each 128-block = real column kperm(q),
+// = hf [rows, k] f32 quantized as fake_quantize's kFp8Ue8m0 quantizes it (the same per-block maximum, scale and codes:
+// pointwise.cu), each value code x scale, exact in bf16. One warp per (row, 128-block), 4 consecutive real columns a
+// lane.
+__global__ void quantize_h_kernel(uint16_t* __restrict__ h, const float* __restrict__ hf, int64_t rows, int k) {
+    pdl_prologue();  // see pdl.cuh
+    const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x % 32, blocks = k / kBK;
+    if (warp >= rows * blocks) return;
+    const int64_t r = warp / blocks;
+    const int b = static_cast<int>(warp % blocks);
+    const Fp8Quad q = fp8_quantize_quad(hf + r * k + b * kBK + 4 * lane);
+    uint16_t* row = h + r * k + b * kBK;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)  // code x scale: fake_quantize's value, exact in bf16
+        row[kperm_inv(4 * lane + i)] =
+            __bfloat16_as_ushort(__float2bfloat16_rn(fp8_code_float((q.codes >> (8 * i)) & 0xffu) * q.scale));
 }
 
 // ---- decode: the plan built on the device ----
@@ -960,7 +985,7 @@ std::vector<uint8_t> routed_experts_wgmma_table(const WeightDesc* w1, const Weig
 
 void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expert_of_row, int64_t rows,
                                  int rows_per_input, const void* device_table, int num_experts, int64_t d,
-                                 int64_t inter, float swiglu_limit, cudaStream_t stream) {
+                                 int64_t inter, float swiglu_limit, cudaStream_t stream, bool quantize_h) {
     DI_ICHECK(num_experts > 0 && num_experts <= kRoutedWgmmaMaxExperts && rows_per_input > 0 &&
                   rows % rows_per_input == 0 && rows < (int64_t{1} << 30) && d > 0 && inter > 0 &&
                   d % kDownFeatures == 0 && inter % kGateUpFeatures == 0 && d <= (int64_t{1} << 20) &&
@@ -982,12 +1007,14 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     const int64_t token_tiles = (rows + (R::kMaxN - 1) * std::min<int64_t>(rows, num_experts)) / R::kMaxN;
     const int64_t cap1 = token_tiles * (inter / kGateUpFeatures), cap2 = token_tiles * (d / kDownFeatures);
     DI_ICHECK(cap1 < INT32_MAX && cap2 < INT32_MAX, "routed_experts_wgmma: up to ", cap1, " and ", cap2, " tiles");
-    // One stream-ordered scratch: [tile counts] [in_rows] [out_rows] [tiles1] [tiles2] [xb] [h], 16-byte aligned.
+    // One stream-ordered scratch: [tile counts] [in_rows] [out_rows] [tiles1] [tiles2] [xb] [h] [h in f32 when
+    // quantize_h], 16-byte aligned.
     const auto up16 = [](int64_t b) { return ceil_div(b, 16) * 16; };
     const int64_t at_in = 16, at_out = at_in + up16(rows * 8), at_t1 = at_out + up16(rows * 8);
     const int64_t at_t2 = at_t1 + cap1 * 16, at_xb = at_t2 + cap2 * 16, at_h = at_xb + rows * d * 2;
+    const int64_t at_hf = at_h + up16(rows * inter * 2);
     uint8_t* ws = nullptr;
-    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), at_h + rows * inter * 2, stream));
+    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), at_hf + (quantize_h ? rows * inter * 4 : 0), stream));
     const DevicePlan plan{reinterpret_cast<int*>(ws), reinterpret_cast<const float**>(ws + at_in),
                           reinterpret_cast<float**>(ws + at_out), reinterpret_cast<Tile*>(ws + at_t1),
                           reinterpret_cast<Tile*>(ws + at_t2)};
@@ -1006,11 +1033,13 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     p.tiles = plan.tiles1;
     p.tile_count = plan.tile_count;
     p.act = xb;
-    p.out = h;
+    p.out = quantize_h ? static_cast<void*>(ws + at_hf) : h;
+    p.h_f32 = quantize_h;
     p.k = static_cast<int>(d);
     p.out_cols = static_cast<int>(inter);
     p.limit = swiglu_limit;
     Params q = p;
+    q.h_f32 = false;
     q.tiles = plan.tiles2;
     q.tile_count = plan.tile_count + 1;
     q.act = h;
@@ -1022,7 +1051,15 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     constexpr Launch kLaunch[2][3] = {  // [wgs / 4][batch / 2]
         {launch_decode<DecodeRingOf<1, 2>>, launch_decode<DecodeRingOf<2, 2>>, launch_decode<DecodeRingOf<4, 2>>},
         {launch_decode<DecodeRingOf<1, 4>>, launch_decode<DecodeRingOf<2, 4>>, launch_decode<DecodeRingOf<4, 4>>}};
-    kLaunch[wgs / 4][batch / 2](p, cap1, q, cap2, stream);
+    if (quantize_h) {  // gate/up, h quantized into the bf16 layout, down
+        launch_tiles<true, R>(p, cap1, stream);
+        launch_pdl(quantize_h_kernel, static_cast<unsigned>(ceil_div(rows * (inter / kBK) * 32, 256)), 256, 0, stream,
+                   h, reinterpret_cast<const float*>(ws + at_hf), rows, static_cast<int>(inter));
+        DI_CUDA_LAUNCH_CHECK();
+        launch_tiles<false, R>(q, cap2, stream);
+    } else {
+        kLaunch[wgs / 4][batch / 2](p, cap1, q, cap2, stream);
+    }
     DI_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 

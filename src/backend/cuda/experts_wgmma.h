@@ -69,9 +69,12 @@ constexpr int64_t kRoutedWgmmaMinTokens = 2;
 // w2: host arrays of descriptors that satisfy grouped_experts_wgmma_applies, at most kRoutedWgmmaMaxExperts).
 std::vector<uint8_t> routed_experts_wgmma_table(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2,
                                                 int num_experts);
+// quantize_h (FP8 activations with blocks of 128; x already quantized by the caller): the SwiGLU output is quantized
+// as fake_quantize's kFp8Ue8m0 before the down product (gate/up writes it in f32, quantize_h_kernel rounds it); this
+// takes the default decode variant (DecodeRing) whatever DEEPINFER_CUDA_EXPERTS_DECODE_WGS / _BATCH say.
 void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expert_of_row, int64_t rows,
                                  int rows_per_input, const void* device_table, int num_experts, int64_t d,
-                                 int64_t inter, float swiglu_limit, CUstream_st* stream);
+                                 int64_t inter, float swiglu_limit, CUstream_st* stream, bool quantize_h = false);
 
 // For callers without the CUDA headers (the GPU tests): the same over device LinearWeights, described as the
 // backend describes them. The run waits for `stream` (nullptr: the legacy default stream) before returning.
