@@ -8,7 +8,9 @@
 //    below as the baseline);
 //  - sparse_attention tc: the tensor-core kernel of the bf16 modes (its own choice of key staging), then with
 //    the other staging forced ("tc gather": fp32 keys gathered per tile; "tc table": a bf16 copy of the table
-//    first), each against the fp32 kernel (the difference is the bf16 rounding, ~3e-3);
+//    first), each against the fp32 kernel (the difference is the bf16 rounding, ~3e-3); at prefill "tc" is the
+//    wgmma kernel (attention_wgmma.cu) and "tc mma.sync" the mma.sync one it replaces there, and a line compares
+//    the two outputs; "T=16384 prefill" is one CSA layer of an 8 x 2048 prefill as one sequence;
 //  - indexer_scores fp32: the SIMT kernel of DEEPINFER_CUDA_GEMM=tiled, against a naive one (below); "indexer_scores
 //    tc": the tensor-core kernel the bf16 modes run, against the fp32 kernel (the difference is the bf16 rounding
 //    of q and keys, ~3e-3 of the largest score). The decode shapes score T rows against one sequence's entries;
@@ -230,12 +232,30 @@ void bench_attention(int rows, bool prefill, const Options& o) {
     struct Variant {
         const char* name;
         AttnKeyStaging staging;
+        bool wgmma;  // false: DEEPINFER_CUDA_ATTN_WGMMA=0 (the mma.sync kernel where the wgmma one would apply)
     };
-    for (Variant v : {Variant{"sparse_attention tc", AttnKeyStaging::kAuto},
-                      Variant{table ? "sparse_attention tc gather" : "sparse_attention tc table",
-                              table ? AttnKeyStaging::kGather : AttnKeyStaging::kTable}}) {
+    std::vector<Variant> variants = {{"sparse_attention tc", AttnKeyStaging::kAuto, true},
+                                     {table ? "sparse_attention tc gather" : "sparse_attention tc table",
+                                      table ? AttnKeyStaging::kGather : AttnKeyStaging::kTable, true}};
+    if (table) variants.push_back({"sparse_attention tc mma.sync", AttnKeyStaging::kTable, false});
+    for (const Variant& v : variants) {
+        if (!v.wgmma) setenv("DEEPINFER_CUDA_ATTN_WGMMA", "0", 1);
         const double tc_us = time_us(tc_call(v.staging), o.iters);
         report_vs(v.name, shape, tc_us, bytes, flops, us, max_rel_diff(out_tc, out, qn));
+        unsetenv("DEEPINFER_CUDA_ATTN_WGMMA");
+    }
+    if (table) {  // the wgmma kernel (kAuto) against the mma.sync one on the same bf16 inputs
+        float* out_mma = nullptr;
+        CHECK(cudaMalloc(&out_mma, qn * 4));
+        setenv("DEEPINFER_CUDA_ATTN_WGMMA", "0", 1);
+        tc_call(AttnKeyStaging::kTable)();
+        unsetenv("DEEPINFER_CUDA_ATTN_WGMMA");
+        CHECK(cudaMemcpy(out_mma, out_tc, qn * 4, cudaMemcpyDeviceToDevice));
+        tc_call(AttnKeyStaging::kAuto)();
+        CHECK(cudaDeviceSynchronize());
+        std::printf("%-24s %-28s wgmma against mma.sync: max rel diff %.2e\n", "sparse_attention tc", shape,
+                    max_rel_diff(out_tc, out_mma, qn));
+        CHECK(cudaFree(out_mma));
     }
     for (void* p : {static_cast<void*>(q), static_cast<void*>(keys), static_cast<void*>(sinks),
                     static_cast<void*>(out), static_cast<void*>(out_old), static_cast<void*>(out_tc),
@@ -309,6 +329,7 @@ int main(int argc, char** argv) {
                 "speedup", "rel diff");
     for (int rows : {1, 8, 32, 128}) bench_attention(rows, false, o);
     bench_attention(2048, true, o);
+    bench_attention(16384, true, o);  // one CSA layer of an 8 x 2048 prefill, as one 16k sequence
     for (int rows : {1, 8, 32, 128})
         for (int entries : {1024, 16384}) bench_indexer(1, rows, entries, o);
     bench_indexer(1, 2048, 512, o);

@@ -335,6 +335,19 @@ TEST_P(CudaAttention, SparseAttentionPrefillShapes) {
     check_attention(64, 512, rows + entries, lists);
 }
 
+// The wgmma prefill kernel (attention_wgmma.cu; from 132 rows x 64-head groups with the table copy, 64-head
+// groups of head dim 512): list lengths around its tiles of 32 keys and pairs of tiles (an odd tile count leaves
+// the second warpgroup without a tile), rows with only the sink, and 128 heads (two items a row).
+TEST_P(CudaAttention, SparseAttentionWgmmaPrefillEdges) {
+    const int64_t rows = 150, nkeys = 700;
+    const int lens[] = {0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 128, 200, 640};
+    KeyLists lists(rows);
+    for (int64_t t = 0; t < rows; ++t)
+        for (int i = 0; i < lens[t % 14]; ++i) lists[t].push_back(below(nkeys));
+    check_attention(64, 512, nkeys, lists);
+    check_attention(128, 512, nkeys, lists);
+}
+
 // Few heads (fp32: groups of 4 and 8 with missing heads; tensor cores: one 16-head tile, mostly padding), head
 // dims that are not multiples of 32 or 128 or even 4 (the scalar staging paths; on the tensor cores padded to
 // 128 or 512), and the largest supported head dim (above 512: the fp32 kernel in every mode).

@@ -515,6 +515,11 @@ void launch_sparse_attention_tc(float* out, const float* q, const float* keys, i
     if (table) {
         DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tab), nkeys * dp * 2, stream));
         launch_to_bf16(tab, dp, keys, d, nkeys, d, stream);
+        if (splits == 1 && sparse_attention_wgmma_applies(rows, heads, d, batch_invariant, true, q, out)) {
+            launch_sparse_attention_wgmma(out, q, tab, offsets, indices, sinks, rows, heads, scale, stream);
+            DI_CUDA_CHECK(cudaFreeAsync(tab, stream));
+            return;
+        }
     }
     // Rows by address are 16-byte aligned (the caller's contract: Backend::sparse_attention_rows).
     const bool vec =

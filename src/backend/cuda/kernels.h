@@ -189,6 +189,14 @@ void launch_sparse_attention_tc(float* out, const float* q, const float* keys, i
                                 const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
                                 float scale, bool batch_invariant, cudaStream_t stream,
                                 AttnKeyStaging staging = AttnKeyStaging::kAuto, const float* const* key_rows = nullptr);
+// The prefill form of the tensor-core attention on wgmma (attention_wgmma.cu, Hopper): 64-head groups of head dim
+// 512 from the bf16 table copy, without splits; not in batch-invariant mode (its sums run in another order than the
+// mma.sync kernel's, which serves the decode rows). DEEPINFER_CUDA_ATTN_WGMMA=0 keeps the mma.sync kernel.
+bool sparse_attention_wgmma_applies(int64_t rows, int64_t heads, int64_t d, bool batch_invariant, bool table,
+                                    const float* q, const float* out);
+void launch_sparse_attention_wgmma(float* out, const float* q, const uint16_t* table, const int32_t* offsets,
+                                   const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, float scale,
+                                   cudaStream_t stream);
 // With key_begin / key_count ([rows] I32): row t scores keys key_begin[t] .. + key_count[t] into its first
 // key_count[t] columns; entries is then the row stride of scores (Backend::indexer_scores_rows).
 void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,

@@ -1,0 +1,394 @@
+// Sparse shared-KV attention on wgmma (Hopper sm_90a) for prefill: 64 heads of V4's 512-wide K=V rows, the keys
+// staged from the bf16 copy of the key table. launch_sparse_attention_tc hands a call here when
+// sparse_attention_wgmma_applies (table staging, no split, not batch-invariant); the results match the mma.sync
+// kernel's numerics (q, keys and P rounded to bf16, fp32 logits, softmax and accumulation) but not bit for bit (the
+// sums run in another order), so batch-invariant mode, whose decode rows take the mma.sync kernel, stays there.
+//
+// A query row is two GEMMs with the heads as M: S [64, keys] = Q K^T and O [64, 512] += P V, V = K. A persistent
+// CTA (one an SM: 210 KB of shared memory) takes (row, 64-head group) items in turn with three warpgroups:
+//  - the producer copies key tiles of 32 keys (32 KB of bf16) by cp.async through the index list into a ring of 4,
+//    and converts each item's queries (64 x 512 fp32, 128 KB from HBM) to bf16 in shared memory once the
+//    consumers' last S of the item before has read the old ones;
+//  - two consumer warpgroups take the item's tiles in pairs: warpgroup w computes S for tile 2 i + w (32 SS
+//    wgmmas m64n32k16 over d), the two exchange their row maxima through shared memory (one named barrier), both
+//    scale their O halves by the same exp(m_old - m_new), write P (bf16) to shared memory, meet again and each
+//    multiplies both tiles' P into its 256 output columns (4 SS wgmmas m64n256k16, V read as an MN-major B
+//    from the same tile: the 128-byte swizzled [64-column block][key][128 bytes] layout serves both products).
+// Each warpgroup keeps the denominator of its own keys; the two are added at the end (their rescales are equal),
+// where the sink joins as in attention_tc.cu and O is normalised and written from the accumulators.
+//
+// Cost (H200, ~4,096 bf16 FLOP a clock an SM on wgmma): 32 keys x 64 heads x 2 x 512 x 2 = 4.2 MFLOP of tensor
+// work a tile (~1,000 clocks). Shared memory limits the S products: each m64n32k16 reads A (2 KB of Q) and B (1 KB)
+// for 65.5 KFLOP, 192 bytes a clock at the tensor rate against the SM's 128; a pair of tiles moves ~264 KB through
+// shared memory (~2,060 clocks) for 8.4 MFLOP (~2,050 clocks of tensor work), so at most ~50% of the tensor rate,
+// plus the softmax between the products. The queries cost 128 KB of HBM an item (~4,000 clocks of an SM's share of
+// the bandwidth), overlapped with the item before's last products and the next item's first tiles.
+#include <cuda_bf16.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/wgmma_common.cuh"
+#include "backend/cuda/wgmma_ss.cuh"
+
+namespace deepinfer::cuda {
+
+namespace {
+
+using namespace wgmma;
+
+constexpr int kD = 512;                // head dim: V4's shared K=V row
+constexpr int kHeads = 64;             // heads of an item: wgmma's M
+constexpr int kTileKeys = 32;          // keys of a staged tile (one consumer warpgroup's S)
+constexpr int kSlots = 4;              // key tiles in the ring (two pairs)
+constexpr int kConsumerThreads = 256;  // two warpgroups
+constexpr int kProducerThreads = 128;  // one warpgroup
+constexpr int kThreads = kConsumerThreads + kProducerThreads;
+constexpr int kConsumerWarps = kConsumerThreads / 32;
+// setmaxnreg moves registers between the warpgroups of the launch allocation (168 a thread at 384 threads).
+constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8, kProducerRegs = 88, kConsumerRegs = 208;
+constexpr int kQBatch = 16;  // heads of the queries a producer thread loads at once (64 registers)
+static_assert(2 * kConsumerRegs + kProducerRegs <= 3 * kLaunchRegs, "register file");
+
+// Shared memory, from a 1024-byte aligned base: every operand is [64-column block][row][128 bytes] under the
+// 128-byte swizzle (16-byte piece p of row r at r * 128 + ((p ^ (r % 8)) * 16)).
+constexpr uint32_t kQBlock = kHeads * 128;          // one 64-column block of Q: 8 KB
+constexpr uint32_t kKBlock = kTileKeys * 128;       // one 64-column block of a key tile: 4 KB
+constexpr uint32_t kQBytes = kD / 64 * kQBlock;     // 64 KB
+constexpr uint32_t kTileBytes = kD / 64 * kKBlock;  // 32 KB
+constexpr uint32_t kPBytes = kHeads * 128;          // P of one tile: [head][128 bytes], keys in the first 64
+constexpr uint32_t kOffTiles = kQBytes, kOffP = kOffTiles + kSlots * kTileBytes, kOffRed = kOffP + 2 * kPBytes;
+constexpr uint32_t kRedFloats = 2 * kHeads + 2 * 2 * kHeads;  // row maxima [2][64], denominators [2 rounds][2][64]
+constexpr uint32_t kOffBars = kOffRed + kRedFloats * 4;
+constexpr int kBars = 2 * kSlots + 2;  // full[kSlots], empty[kSlots], queries full, queries empty
+constexpr int kSmemBytes = 1024 + kOffBars + kBars * 8;
+static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+static_assert(kOffP % 1024 == 0 && kTileBytes % 1024 == 0, "operands keep the swizzle atoms 1024-byte aligned");
+
+struct WgAttnParams {
+    float* out;                  // [T, H, 512] f32
+    const float* q;              // [T, H, 512] f32, 16-byte aligned
+    const __nv_bfloat16* table;  // [Nk, 512] bf16: the keys rounded
+    const int32_t* offsets;      // [T + 1] row t attends keys indices[offsets[t] .. offsets[t + 1])
+    const int32_t* indices;      // rows of the table
+    const float* sinks;          // [H] per-head sink logits
+    int rows, heads, groups;     // groups = heads / 64: items are (row, group), row-major
+    float scale;
+};
+
+__device__ __forceinline__ uint32_t sw128(int row, int piece) {
+    return static_cast<uint32_t>(row * 128 + ((piece ^ (row & 7)) << 4));
+}
+__device__ __forceinline__ void named_bar_sync(int id, int count) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_v2(uint32_t addr, uint32_t a, uint32_t b) {
+    asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(a), "r"(b) : "memory");
+}
+
+// The producer warpgroup: key tiles into the ring, queries into their buffer.
+__device__ __forceinline__ void produce(const WgAttnParams& p, uint32_t qs, uint32_t tiles, uint32_t bars) {
+    const int tid = threadIdx.x - kConsumerThreads;
+    // This thread copies 16-byte piece `piece` (columns 8 piece ..) of keys key0, key0 + 2, ... of every tile.
+    const int piece = tid % 64, key0 = tid / 64;
+    const uint32_t piece_base = (piece / 8) * kKBlock;
+    const uint32_t qfull = bars + 8 * 2 * kSlots, qempty = qfull + 8;
+    uint32_t issued = 0;  // tiles issued by this CTA: the ring position
+    uint32_t round = 0;   // items
+    for (int item = blockIdx.x; item < p.rows * p.groups; item += gridDim.x, ++round) {
+        const int row = item / p.groups, h0 = (item % p.groups) * kHeads;
+        const int begin = __ldg(p.offsets + row), len = __ldg(p.offsets + row + 1) - begin;
+        const int ntiles = (len + kTileKeys - 1) / kTileKeys;
+        // The rows of this thread's keys of the next tile, loaded a tile ahead: their L2 round trip overlaps the
+        // wait for a free slot instead of preceding each copy.
+        int next[kTileKeys / 2];
+        auto load_rows = [&](int t) {
+#pragma unroll
+            for (int i = 0; i < kTileKeys / 2; ++i) {
+                const int k = t * kTileKeys + key0 + 2 * i;
+                next[i] = t < ntiles && k < len ? __ldg(p.indices + begin + k) : -1;
+            }
+        };
+        load_rows(0);
+        auto issue_tile = [&](int t) {
+            int r[kTileKeys / 2];
+#pragma unroll
+            for (int i = 0; i < kTileKeys / 2; ++i) r[i] = next[i];
+            load_rows(t + 1);
+            const uint32_t slot = issued % kSlots;
+            mbar_wait(bars + 8 * (kSlots + slot), ((issued / kSlots) & 1) ^ 1);
+            const uint32_t dst = tiles + slot * kTileBytes + piece_base;
+#pragma unroll
+            for (int i = 0; i < kTileKeys / 2; ++i) {
+                const __nv_bfloat16* src = r[i] >= 0 ? p.table + static_cast<int64_t>(r[i]) * kD + 8 * piece : p.table;
+                mma::cp_async16(dst + sw128(key0 + 2 * i, piece % 8), src, r[i] >= 0 ? 16u : 0u);  // past the list: 0
+            }
+            cp_async_arrive_noinc(bars + 8 * slot);
+            ++issued;
+        };
+        // The item's first pair of tiles may land while the consumers finish the item before; its queries wait
+        // for that item's last S.
+        int t = 0;
+        for (; t < ntiles && t < 2; ++t) issue_tile(t);
+        mbar_wait(qempty, (round & 1) ^ 1);
+        const float* qrow = p.q + (static_cast<int64_t>(row) * p.heads + h0) * kD;
+        const int col = 4 * tid;  // this thread's 4 columns of every head
+        const uint32_t q_at = qs + (col / 64) * kQBlock + (col % 8) * 2;
+#pragma unroll 1
+        for (int hb = 0; hb < kHeads; hb += kQBatch) {  // kQBatch 16-byte loads in flight a thread
+            float4 v[kQBatch];
+#pragma unroll
+            for (int u = 0; u < kQBatch; ++u) v[u] = __ldg(reinterpret_cast<const float4*>(qrow + (hb + u) * kD + col));
+#pragma unroll
+            for (int u = 0; u < kQBatch; ++u)
+                st_shared_v2(q_at + sw128(hb + u, (col % 64) / 8), mma::pack_bf16(v[u].x, v[u].y),
+                             mma::pack_bf16(v[u].z, v[u].w));
+        }
+        fence_proxy_async();  // the stores are generic-proxy writes; wgmma reads through the async proxy
+        mbar_arrive(qfull);
+        for (; t < ntiles; ++t) issue_tile(t);
+    }
+    mma::cp_async_wait_all();
+}
+
+// The two consumer warpgroups.
+__device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint32_t tiles, uint32_t ps, float* red,
+                                        uint32_t bars) {
+    const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const bool leader = lane == 0;
+    const uint32_t qfull = bars + 8 * 2 * kSlots, qempty = qfull + 8;
+    auto full = [&](uint32_t tile) { return bars + 8 * (tile % kSlots); };
+    auto empty = [&](uint32_t tile) { return bars + 8 * (kSlots + tile % kSlots); };
+    auto phase = [](uint32_t tile) { return (tile / kSlots) & 1; };
+    auto tile_at = [&](uint32_t tile) { return tiles + (tile % kSlots) * kTileBytes; };
+    float* red_max = red;               // [2][64]: each warpgroup's tile maxima
+    float* red_sum = red + 2 * kHeads;  // [round % 2][2][64]: each warpgroup's denominators
+    const int head0 = warp * 16 + g;    // this thread's rows: heads head0 and head0 + 8 of the item
+
+    float o[128];  // O [64, 256 w .. + 256]: d[4 j + v] = head head0 + 8 (v >> 1), column 256 w + 8 j + 2 c + (v & 1)
+    uint32_t seen = 0;  // tiles consumed by this CTA: the ring position
+    uint32_t round = 0;
+    for (int item = blockIdx.x; item < p.rows * p.groups; item += gridDim.x, ++round) {
+        const int row = item / p.groups, h0 = (item % p.groups) * kHeads;
+        const int begin = __ldg(p.offsets + row), len = __ldg(p.offsets + row + 1) - begin;
+        const int ntiles = (len + kTileKeys - 1) / kTileKeys, npairs = (ntiles + 1) / 2;
+#pragma unroll
+        for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+        float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+        mbar_wait(qfull, round & 1);
+        if (npairs == 0 && leader) mbar_arrive(qempty);
+
+#pragma unroll 1
+        for (int pr = 0; pr < npairs; ++pr) {
+            const uint32_t ta = seen + 2 * pr;
+            const bool has_b = 2 * pr + 1 < ntiles, mine = w == 0 || has_b;
+            const int n = mine ? min(kTileKeys, len - (2 * pr + w) * kTileKeys) : 0;  // keys of this warpgroup's tile
+            // A warpgroup without a tile (the second of an odd count) multiplies tile a again and masks it all: the
+            // products stay outside divergent code (ptxas would serialize every wgmma otherwise).
+            const uint32_t tm = mine ? ta + w : ta;
+            mbar_wait(full(tm), phase(tm));
+            fence_proxy_async();
+            const uint32_t kt = tile_at(tm);
+            float s[16];
+            wgmma_fence();
+#pragma unroll
+            for (int ks = 0; ks < kD / 16; ++ks) {
+                const uint32_t at = (ks % 4) * 32;  // k16 step within the 64-column block
+                WgmmaSS<32, false>::mma(s, sw128_desc(qs + (ks / 4) * kQBlock + at, 16, 1024),
+                                        sw128_desc(kt + (ks / 4) * kKBlock + at, 16, 1024), ks > 0);
+            }
+            wgmma_commit();
+            wgmma_wait<0>();  // this S, and the pair before's PV
+#pragma unroll
+            for (int i = 0; i < 16; ++i) pin(s[i]);
+#pragma unroll
+            for (int i = 0; i < 128; ++i) pin(o[i]);
+            if (leader) {
+                if (pr == npairs - 1) mbar_arrive(qempty);  // Q read for the last time
+                if (pr > 0) {                               // the pair before's tiles (a pair before the last has both)
+                    mbar_arrive(empty(ta - 2));
+                    mbar_arrive(empty(ta - 1));
+                }
+            }
+
+            // Scaled logits (-inf past the tile's keys) and this warpgroup's row maxima.
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) {
+                    const int key = 8 * j + 2 * c + (v & 1);
+                    s[4 * j + v] = key < n ? s[4 * j + v] * p.scale : -INFINITY;
+                    mx[v >> 1] = fmaxf(mx[v >> 1], s[4 * j + v]);
+                }
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+                mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+                if (c == 0) red_max[w * kHeads + head0 + 8 * hr] = mx[hr];
+            }
+            named_bar_sync(1, kConsumerThreads);
+
+            // The pair's maximum (equal in both warpgroups), P = exp(s - m) rounded to bf16, the rounded P's sums.
+            float alpha[2], sum[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                const int h = head0 + 8 * hr;
+                const float m_new = fmaxf(m_run[hr], fmaxf(red_max[h], red_max[kHeads + h]));
+                alpha[hr] = expf(m_run[hr] - m_new);  // 0 on the first pair (m_run = -inf); tile a has keys
+                m_run[hr] = m_new;
+            }
+            uint32_t pk[8];
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) {
+                    const int key = 8 * j + 2 * c;
+                    const float p0 = key < n ? expf(s[4 * j + 2 * hr] - m_run[hr]) : 0.0f;
+                    const float p1 = key + 1 < n ? expf(s[4 * j + 2 * hr + 1] - m_run[hr]) : 0.0f;
+                    const __nv_bfloat162 pb = __floats2bfloat162_rn(p0, p1);
+                    sum[hr] += __low2float(pb) + __high2float(pb);
+                    pk[2 * j + hr] = *reinterpret_cast<const uint32_t*>(&pb);
+                }
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+                sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 1);
+                sum[hr] += __shfl_xor_sync(0xffffffffu, sum[hr], 2);
+                l_run[hr] = l_run[hr] * alpha[hr] + sum[hr];
+            }
+            const uint32_t pw = ps + w * kPBytes;  // zeros where this warpgroup has no tile
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr) st_shared_b32(pw + sw128(head0 + 8 * hr, j) + 4 * c, pk[2 * j + hr]);
+#pragma unroll
+            for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+            fence_proxy_async();  // P: generic-proxy stores read by the other warpgroup's wgmmas
+            named_bar_sync(1, kConsumerThreads);
+
+            // O += P_a V_a + P_b V_b over this warpgroup's 256 columns (V: MN-major B, 64-column blocks 4 KB apart).
+            // Without tile b, P_b is zero and V_b is tile a again (finite: 0 x V_b adds nothing).
+            const uint32_t tb = has_b ? ta + 1 : ta, other = w == 0 ? tb : ta;
+            mbar_wait(full(other), phase(other));
+            fence_proxy_async();
+            wgmma_fence();
+#pragma unroll
+            for (int tt = 0; tt < 2; ++tt) {
+                const uint32_t vt = tile_at(tt == 0 ? ta : tb) + w * 4 * kKBlock;
+#pragma unroll
+                for (int ks = 0; ks < kTileKeys / 16; ++ks)
+                    WgmmaSS<256, true>::mma(o, sw128_desc(ps + tt * kPBytes + ks * 32, 16, 1024),
+                                            sw128_desc(vt + ks * 16 * 128, kKBlock, 1024), 1);
+            }
+            wgmma_commit();
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < 128; ++i) pin(o[i]);
+        if (npairs > 0 && leader) {  // the last pair's tiles
+            const uint32_t ta = seen + 2 * (npairs - 1);
+            mbar_arrive(empty(ta));
+            if (2 * npairs == ntiles) mbar_arrive(empty(ta + 1));
+        }
+        seen += ntiles;
+
+        // out = O exp(m - M) / L, with the sink joining M and L; L adds both warpgroups' denominators.
+        float* sums = red_sum + (round & 1) * 2 * kHeads;
+        if (c == 0) {
+            sums[w * kHeads + head0] = l_run[0];
+            sums[w * kHeads + head0 + 8] = l_run[1];
+        }
+        named_bar_sync(1, kConsumerThreads);
+        float wgt[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+            const int h = head0 + 8 * hr;
+            const float l = sums[h] + sums[kHeads + h], m = m_run[hr], sink = __ldg(p.sinks + h0 + h);
+            const float mx = fmaxf(sink, m);
+            const float total = __fadd_rn(expf(sink - mx), __fmul_rn(l, expf(m - mx)));
+            wgt[hr] = __fdiv_rn(expf(m - mx), total);
+        }
+        float* orow = p.out + (static_cast<int64_t>(row) * p.heads + h0) * kD + 256 * w + 2 * c;
+#pragma unroll
+        for (int j = 0; j < 32; ++j)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr)
+                *reinterpret_cast<float2*>(orow + (head0 + 8 * hr) * kD + 8 * j) =
+                    make_float2(__fmul_rn(wgt[hr], o[4 * j + 2 * hr]), __fmul_rn(wgt[hr], o[4 * j + 2 * hr + 1]));
+    }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) sparse_attention_wgmma_kernel(const __grid_constant__ WgAttnParams p) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    __trap();  // built for another architecture: sparse_attention_wgmma_applies() keeps callers away
+#else
+    pdl_prologue();  // see pdl.cuh
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t raw = mma::smem_addr(smem_raw), base = (raw + 1023) & ~1023u;
+    const uint32_t qs = base, tiles = base + kOffTiles, ps = base + kOffP, bars = base + kOffBars;
+    float* red = reinterpret_cast<float*>(smem_raw + (base - raw) + kOffRed);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kSlots; ++s) {
+            mbar_init(bars + 8 * s, kProducerThreads);           // full: the producer threads' cp.async arrivals
+            mbar_init(bars + 8 * (kSlots + s), kConsumerWarps);  // empty: each consumer warp once
+        }
+        mbar_init(bars + 8 * 2 * kSlots, kProducerThreads);      // queries written
+        mbar_init(bars + 8 * (2 * kSlots + 1), kConsumerWarps);  // queries read
+    }
+    __syncthreads();
+    if (threadIdx.x >= kConsumerThreads) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+        produce(p, qs, tiles, bars);
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    consume(p, qs, tiles, ps, red, bars);
+#endif
+}
+
+bool wgmma_attention_enabled() {
+    const char* v = std::getenv("DEEPINFER_CUDA_ATTN_WGMMA");  // read per call: benchmarks and tests switch it
+    return !v || std::strcmp(v, "0") != 0;
+}
+
+}  // namespace
+
+bool sparse_attention_wgmma_applies(int64_t rows, int64_t heads, int64_t d, bool batch_invariant, bool table,
+                                    const float* q, const float* out) {
+    return !batch_invariant && table && d == kD && heads > 0 && heads % kHeads == 0 &&
+           rows * (heads / kHeads) >= device_sm_count() && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
+           reinterpret_cast<uintptr_t>(out) % 8 == 0 && device_compute_capability() == 90 && wgmma_attention_enabled();
+}
+
+void launch_sparse_attention_wgmma(float* out, const float* q, const uint16_t* table, const int32_t* offsets,
+                                   const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, float scale,
+                                   cudaStream_t stream) {
+    const int64_t items = rows * (heads / kHeads);
+    if (items == 0) return;
+    DI_ICHECK(items < (int64_t{1} << 31), "sparse_attention_wgmma: too many rows");
+    static std::atomic<uint64_t> configured{0};
+    allow_smem(sparse_attention_wgmma_kernel, kSmemBytes, configured);
+    const WgAttnParams p{out,
+                         q,
+                         reinterpret_cast<const __nv_bfloat16*>(table),
+                         offsets,
+                         indices,
+                         sinks,
+                         static_cast<int>(rows),
+                         static_cast<int>(heads),
+                         static_cast<int>(heads / kHeads),
+                         scale};
+    const int grid = static_cast<int>(std::min<int64_t>(items, device_sm_count()));
+    launch_pdl(sparse_attention_wgmma_kernel, dim3(grid), dim3(kThreads), kSmemBytes, stream, p);
+}
+
+}  // namespace deepinfer::cuda
