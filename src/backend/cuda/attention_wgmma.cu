@@ -14,8 +14,13 @@
 //    scale their O halves by the same exp(m_old - m_new), write P (bf16) to shared memory, meet again and each
 //    multiplies both tiles' P into its 256 output columns (4 SS wgmmas m64n256k16, V read as an MN-major B
 //    from the same tile: the 128-byte swizzled [64-column block][key][128 bytes] layout serves both products).
+//    The next pair's S is issued right behind this PV, so the tensor cores run it while this PV drains, and a
+//    pair's tiles go back to the producer as soon as its PV completes (wait_group 1), a whole S earlier.
 // Each warpgroup keeps the denominator of its own keys; the two are added at the end (their rescales are equal),
 // where the sink joins as in attention_tc.cu and O is normalised and written from the accumulators.
+// ptxas serializes every wgmma (C7514-C7518) when a non-wgmma instruction writes accumulators, or code branches,
+// while products are in flight; hence the logits' copy (lg), the predicated arrivals, the masked S of a missing
+// tile, and O overwritten by an item's first PV instead of zeroed.
 //
 // Cost (H200, ~4,096 bf16 FLOP a clock an SM on wgmma): 32 keys x 64 heads x 2 x 512 x 2 = 4.2 MFLOP of tensor
 // work a tile (~1,000 clocks). Shared memory limits the S products: each m64n32k16 reads A (2 KB of Q) and B (1 KB)
@@ -23,6 +28,10 @@
 // shared memory (~2,060 clocks) for 8.4 MFLOP (~2,050 clocks of tensor work), so at most ~50% of the tensor rate,
 // plus the softmax between the products. The queries cost 128 KB of HBM an item (~4,000 clocks of an SM's share of
 // the bandwidth), overlapped with the item before's last products and the next item's first tiles.
+// Measured (H200, attention_bench): 236 TFLOP/s at 16,384 rows of ~607 keys (5.52 ms; the mma.sync kernel 9.38),
+// ~7,700 clocks a pair against the ~3,000 counted above. ncu (2,048 rows): 3 warps a scheduler issuing 0.38 a
+// cycle, SM busy 36%, the top stall the producer's global loads (queries, key rows); the ring of 4 tiles holds
+// only the next pair, whose copies from L2 the consumers still wait for.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -87,6 +96,13 @@ __device__ __forceinline__ uint32_t sw128(int row, int piece) {
 }
 __device__ __forceinline__ void named_bar_sync(int id, int count) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool on) {
+    asm volatile(
+        "{\n.reg .pred p;\n.reg .b64 st;\nsetp.ne.b32 p, %1, 0;\n@p mbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::
+            "r"(bar),
+        "r"(static_cast<int>(on))
+        : "memory");
 }
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
     asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
@@ -181,24 +197,19 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
         const int row = item / p.groups, h0 = (item % p.groups) * kHeads;
         const int begin = __ldg(p.offsets + row), len = __ldg(p.offsets + row + 1) - begin;
         const int ntiles = (len + kTileKeys - 1) / kTileKeys, npairs = (ntiles + 1) / 2;
-#pragma unroll
-        for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+        // o is not zeroed here (ptxas would serialize the wgmmas): the item's first PV overwrites it.
         float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
         mbar_wait(qfull, round & 1);
         if (npairs == 0 && leader) mbar_arrive(qempty);
 
-#pragma unroll 1
-        for (int pr = 0; pr < npairs; ++pr) {
-            const uint32_t ta = seen + 2 * pr;
-            const bool has_b = 2 * pr + 1 < ntiles, mine = w == 0 || has_b;
-            const int n = mine ? min(kTileKeys, len - (2 * pr + w) * kTileKeys) : 0;  // keys of this warpgroup's tile
-            // A warpgroup without a tile (the second of an odd count) multiplies tile a again and masks it all: the
-            // products stay outside divergent code (ptxas would serialize every wgmma otherwise).
-            const uint32_t tm = mine ? ta + w : ta;
+        // S of pair pr into s: warpgroup w multiplies tile 2 pr + w; one without a tile (the second of an odd
+        // count) multiplies tile a again and masks it all, so the products stay outside divergent code.
+        float s[16];
+        auto issue_s = [&](int pr) {
+            const uint32_t ta = seen + 2 * pr, tm = w == 0 || 2 * pr + 1 < ntiles ? ta + w : ta;
             mbar_wait(full(tm), phase(tm));
             fence_proxy_async();
             const uint32_t kt = tile_at(tm);
-            float s[16];
             wgmma_fence();
 #pragma unroll
             for (int ks = 0; ks < kD / 16; ++ks) {
@@ -207,28 +218,37 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
                                         sw128_desc(kt + (ks / 4) * kKBlock + at, 16, 1024), ks > 0);
             }
             wgmma_commit();
-            wgmma_wait<0>();  // this S, and the pair before's PV
+        };
+        if (npairs > 0) issue_s(0);
+
+#pragma unroll 1
+        for (int pr = 0; pr < npairs; ++pr) {
+            const uint32_t ta = seen + 2 * pr;
+            const bool has_b = 2 * pr + 1 < ntiles, mine = w == 0 || has_b;
+            const int n = mine ? min(kTileKeys, len - (2 * pr + w) * kTileKeys) : 0;  // keys of this warpgroup's tile
+            // The pair before's PV was committed before this S: its tiles go back to the producer as soon as it
+            // completes, while this S still runs.
+            wgmma_wait<1>();
+            // Predicated, not branched: a branch while S is in flight makes ptxas serialize the wgmmas.
+            mbar_arrive_if(empty(ta - 2), pr > 0 && leader);  // a pair before the last has both tiles
+            mbar_arrive_if(empty(ta - 1), pr > 0 && leader);
+            wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < 16; ++i) pin(s[i]);
 #pragma unroll
             for (int i = 0; i < 128; ++i) pin(o[i]);
-            if (leader) {
-                if (pr == npairs - 1) mbar_arrive(qempty);  // Q read for the last time
-                if (pr > 0) {                               // the pair before's tiles (a pair before the last has both)
-                    mbar_arrive(empty(ta - 2));
-                    mbar_arrive(empty(ta - 1));
-                }
-            }
+            if (pr == npairs - 1 && leader) mbar_arrive(qempty);  // Q read for the last time
 
-            // Scaled logits (-inf past the tile's keys) and this warpgroup's row maxima.
-            float mx[2] = {-INFINITY, -INFINITY};
+            // Scaled logits (-inf past the tile's keys; a copy: s stays the wgmmas' alone, or ptxas serializes them)
+            // and this warpgroup's row maxima.
+            float lg[16], mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
             for (int j = 0; j < 4; ++j)
 #pragma unroll
                 for (int v = 0; v < 4; ++v) {
                     const int key = 8 * j + 2 * c + (v & 1);
-                    s[4 * j + v] = key < n ? s[4 * j + v] * p.scale : -INFINITY;
-                    mx[v >> 1] = fmaxf(mx[v >> 1], s[4 * j + v]);
+                    lg[4 * j + v] = key < n ? s[4 * j + v] * p.scale : -INFINITY;
+                    mx[v >> 1] = fmaxf(mx[v >> 1], lg[4 * j + v]);
                 }
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
@@ -253,8 +273,8 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr) {
                     const int key = 8 * j + 2 * c;
-                    const float p0 = key < n ? expf(s[4 * j + 2 * hr] - m_run[hr]) : 0.0f;
-                    const float p1 = key + 1 < n ? expf(s[4 * j + 2 * hr + 1] - m_run[hr]) : 0.0f;
+                    const float p0 = key < n ? expf(lg[4 * j + 2 * hr] - m_run[hr]) : 0.0f;
+                    const float p1 = key + 1 < n ? expf(lg[4 * j + 2 * hr + 1] - m_run[hr]) : 0.0f;
                     const __nv_bfloat162 pb = __floats2bfloat162_rn(p0, p1);
                     sum[hr] += __low2float(pb) + __high2float(pb);
                     pk[2 * j + hr] = *reinterpret_cast<const uint32_t*>(&pb);
@@ -287,9 +307,10 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
 #pragma unroll
                 for (int ks = 0; ks < kTileKeys / 16; ++ks)
                     WgmmaSS<256, true>::mma(o, sw128_desc(ps + tt * kPBytes + ks * 32, 16, 1024),
-                                            sw128_desc(vt + ks * 16 * 128, kKBlock, 1024), 1);
+                                            sw128_desc(vt + ks * 16 * 128, kKBlock, 1024), pr + tt + ks > 0);
             }
             wgmma_commit();
+            if (pr + 1 < npairs) issue_s(pr + 1);  // runs on the tensor cores behind this PV
         }
         wgmma_wait<0>();
 #pragma unroll
@@ -323,7 +344,9 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr)
                 *reinterpret_cast<float2*>(orow + (head0 + 8 * hr) * kD + 8 * j) =
-                    make_float2(__fmul_rn(wgt[hr], o[4 * j + 2 * hr]), __fmul_rn(wgt[hr], o[4 * j + 2 * hr + 1]));
+                    npairs == 0
+                        ? make_float2(0.0f, 0.0f)  // only the sink: no O (o holds the item before's)
+                        : make_float2(__fmul_rn(wgt[hr], o[4 * j + 2 * hr]), __fmul_rn(wgt[hr], o[4 * j + 2 * hr + 1]));
     }
 }
 
