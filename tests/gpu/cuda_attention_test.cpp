@@ -339,7 +339,7 @@ TEST_P(CudaAttention, SparseAttentionPrefillShapes) {
 // groups of head dim 512): list lengths around its tiles of 32 keys and pairs of tiles (an odd tile count leaves
 // the second warpgroup without a tile), rows with only the sink, and 128 heads (two items a row).
 TEST_P(CudaAttention, SparseAttentionWgmmaPrefillEdges) {
-    const int64_t rows = 150, nkeys = 700;
+    const int64_t rows = 420, nkeys = 700;  // 3-7 items a CTA on an H200
     const int lens[] = {0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 128, 200, 640};
     KeyLists lists(rows);
     for (int64_t t = 0; t < rows; ++t)
@@ -363,53 +363,64 @@ TEST_P(CudaAttention, SparseAttentionOddShapes) {
     check_attention(80, 128, 300, decode_lists(40, 64, 100, 100));  // tensor cores: 64 + 16 heads (two blocks)
 }
 
-// Every list empty: the sink is the whole denominator and the value is zero.
+// Every list empty: the sink is the whole denominator and the value is zero. 1,000 rows take the prefill kernel on
+// Hopper, several items a CTA (its query buffer's handshake over many rounds).
 TEST_P(CudaAttention, SparseAttentionEmptyListsGiveZeros) {
-    Tensor q = normal(Shape{5, 64, 512}, 1.0f), keys = normal(Shape{3, 512}, 1.0f), sinks = normal(Shape{64}, 1.0f);
-    std::vector<float> ref;
-    const std::vector<float> out = attend(q, keys, sinks, KeyLists(5), &ref);
-    EXPECT_EQ(out, ref);
-    EXPECT_EQ(out, std::vector<float>(out.size(), 0.0f));
+    for (const int64_t rows : {5, 1000}) {
+        Tensor q = normal(Shape{rows, 64, 512}, 1.0f), keys = normal(Shape{3, 512}, 1.0f);
+        Tensor sinks = normal(Shape{64}, 1.0f);
+        std::vector<float> ref;
+        const std::vector<float> out = attend(q, keys, sinks, KeyLists(static_cast<size_t>(rows)), &ref);
+        EXPECT_EQ(out, ref) << "rows " << rows;
+        EXPECT_EQ(out, std::vector<float>(out.size(), 0.0f)) << "rows " << rows;
+    }
 }
 
 // Logits far from the sink and from each other: integer inputs make the logits exact on both backends (and
 // exact in bf16), so the bound tests the online softmax alone.
+// 3 rows take the decode kernels; 150 rows against a small table the prefill one (attention_wgmma.cu on Hopper).
 TEST_P(CudaAttention, SparseAttentionExtremeLogits) {
-    const int64_t heads = 64, d = 512, rows = 3, nkeys = 700;
-    const KeyLists lists = decode_lists(rows, 128, 512, nkeys - rows - 128);
-    Tensor keys = integers(Shape{nkeys, d}, 1, 2);
-    std::vector<float> ref;
-    struct Case {
-        int q_lo, q_hi;
-        float sink;
-        const char* what;
-    };
-    for (Case c : {Case{-1, -1, 0.0f, "logits -45 .. -22, sink 0"}, Case{3, 3, -1e4f, "logits 68 .. 136, sink -1e4"},
-                   Case{-40, 40, 0.0f, "logits spread over hundreds"}, Case{1, 1, 1e3f, "sink far above"}}) {
-        Tensor q = integers(Shape{rows, heads, d}, c.q_lo, c.q_hi);
-        Tensor sinks = Tensor::f32(Shape{heads});
-        for (int64_t h = 0; h < heads; ++h) sinks.f32()[h] = c.sink + static_cast<float>(h % 3);
-        const std::vector<float> out = attend(q, keys, sinks, lists, &ref);
-        expect_close(out, ref, q, keys, sinks, lists, c.what);
+    for (const int64_t rows : {3, 150}) {
+        const int64_t heads = 64, d = 512, nkeys = 700;
+        const KeyLists lists = decode_lists(rows, 128, 512, nkeys - rows - 128);
+        Tensor keys = integers(Shape{nkeys, d}, 1, 2);
+        std::vector<float> ref;
+        struct Case {
+            int q_lo, q_hi;
+            float sink;
+            const char* what;
+        };
+        for (Case c :
+             {Case{-1, -1, 0.0f, "logits -45 .. -22, sink 0"}, Case{3, 3, -1e4f, "logits 68 .. 136, sink -1e4"},
+              Case{-40, 40, 0.0f, "logits spread over hundreds"}, Case{1, 1, 1e3f, "sink far above"}}) {
+            Tensor q = integers(Shape{rows, heads, d}, c.q_lo, c.q_hi);
+            Tensor sinks = Tensor::f32(Shape{heads});
+            for (int64_t h = 0; h < heads; ++h) sinks.f32()[h] = c.sink + static_cast<float>(h % 3);
+            const std::vector<float> out = attend(q, keys, sinks, lists, &ref);
+            expect_close(out, ref, q, keys, sinks, lists, std::string(c.what) + ", rows " + std::to_string(rows));
+        }
     }
 }
 
-// A NaN in one query element makes its (row, head) NaN, as on the CPU (its logits are all NaN), and nothing else.
+// A NaN in one query element makes its (row, head) NaN, as on the CPU (its logits are all NaN), and nothing else;
+// at 3 rows (decode kernels) and 150 (the prefill kernel on Hopper, whose two warpgroups share each row maximum).
 TEST_P(CudaAttention, SparseAttentionNanStaysInItsHead) {
-    const int64_t heads = 64, d = 512, rows = 3, bad = 1 * heads + 5;
-    const KeyLists lists = decode_lists(rows, 128, 512, 1024);
-    Tensor q = normal(Shape{rows, heads, d}, 1.0f), keys = normal(Shape{rows + 128 + 1024, d}, 1.0f);
-    Tensor sinks = normal(Shape{heads}, 1.0f);
-    q.f32()[bad * d + 7] = std::numeric_limits<float>::quiet_NaN();
-    std::vector<float> ref;
-    std::vector<float> out = attend(q, keys, sinks, lists, &ref);
-    for (size_t i = 0; i < out.size(); ++i) {
-        const bool in_head = static_cast<int64_t>(i) / d == bad;
-        ASSERT_EQ(std::isnan(ref[i]), in_head) << "CPU element " << i;
-        ASSERT_EQ(std::isnan(out[i]), in_head) << "element " << i;
-        if (in_head) out[i] = ref[i] = 0.0f;
+    for (const int64_t rows : {3, 150}) {
+        const int64_t heads = 64, d = 512, bad = 1 * heads + 5;
+        const KeyLists lists = decode_lists(rows, 128, 512, 1024);
+        Tensor q = normal(Shape{rows, heads, d}, 1.0f), keys = normal(Shape{rows + 128 + 1024, d}, 1.0f);
+        Tensor sinks = normal(Shape{heads}, 1.0f);
+        q.f32()[bad * d + 7] = std::numeric_limits<float>::quiet_NaN();
+        std::vector<float> ref;
+        std::vector<float> out = attend(q, keys, sinks, lists, &ref);
+        for (size_t i = 0; i < out.size(); ++i) {
+            const bool in_head = static_cast<int64_t>(i) / d == bad;
+            ASSERT_EQ(std::isnan(ref[i]), in_head) << "CPU element " << i << ", rows " << rows;
+            ASSERT_EQ(std::isnan(out[i]), in_head) << "element " << i << ", rows " << rows;
+            if (in_head) out[i] = ref[i] = 0.0f;
+        }
+        EXPECT_LE(rel_error(out, ref), tensor_cores() ? kBf16Bound : kBound) << "rows " << rows;
     }
-    EXPECT_LE(rel_error(out, ref), tensor_cores() ? kBf16Bound : kBound);
 }
 
 // The decode key lists split over clusters merge in rank order: repeated calls agree bitwise.

@@ -18,9 +18,10 @@
 //    pair's tiles go back to the producer as soon as its PV completes (wait_group 1), a whole S earlier.
 // Each warpgroup keeps the denominator of its own keys; the two are added at the end (their rescales are equal),
 // where the sink joins as in attention_tc.cu and O is normalised and written from the accumulators.
-// ptxas serializes every wgmma (C7514-C7518) when a non-wgmma instruction writes accumulators, or code branches,
-// while products are in flight; hence the logits' copy (lg), the predicated arrivals, the masked S of a missing
-// tile, and O overwritten by an item's first PV instead of zeroed.
+// Earlier forms of this loop made ptxas serialize every wgmma (warnings C7514, C7515, C7518): S products inside a
+// per-warpgroup branch, O zeroed at an item's start while the item before's products could still be in flight (in
+// ptxas's view), the mask written into S's own registers. Hence the masked S of a missing tile, O overwritten by an
+// item's first PV, and the logits' copy (lg); check `-Xptxas -v` after changing the loop.
 //
 // Cost (H200, ~4,096 bf16 FLOP a clock an SM on wgmma): 32 keys x 64 heads x 2 x 512 x 2 = 4.2 MFLOP of tensor
 // work a tile (~1,000 clocks). Shared memory limits the S products: each m64n32k16 reads A (2 KB of Q) and B (1 KB)
@@ -79,6 +80,9 @@ constexpr int kBars = 2 * kSlots + 2;  // full[kSlots], empty[kSlots], queries f
 constexpr int kSmemBytes = 1024 + kOffBars + kBars * 8;
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 static_assert(kOffP % 1024 == 0 && kTileBytes % 1024 == 0, "operands keep the swizzle atoms 1024-byte aligned");
+
+// Items stay int, and so does a CTA's item counter stepping past the last one by up to a grid.
+constexpr int64_t kMaxItems = (int64_t{1} << 31) - (int64_t{1} << 20);
 
 struct WgAttnParams {
     float* out;                  // [T, H, 512] f32
@@ -156,11 +160,12 @@ __device__ __forceinline__ void produce(const WgAttnParams& p, uint32_t qs, uint
         int t = 0;
         for (; t < ntiles && t < 2; ++t) issue_tile(t);
         mbar_wait(qempty, (round & 1) ^ 1);
+        const int q_heads = ntiles > 0 ? kHeads : 0;  // an item without keys never reads its queries
         const float* qrow = p.q + (static_cast<int64_t>(row) * p.heads + h0) * kD;
         const int col = 4 * tid;  // this thread's 4 columns of every head
         const uint32_t q_at = qs + (col / 64) * kQBlock + (col % 8) * 2;
 #pragma unroll 1
-        for (int hb = 0; hb < kHeads; hb += kQBatch) {  // kQBatch 16-byte loads in flight a thread
+        for (int hb = 0; hb < q_heads; hb += kQBatch) {  // kQBatch 16-byte loads in flight a thread
             float4 v[kQBatch];
 #pragma unroll
             for (int u = 0; u < kQBatch; ++u) v[u] = __ldg(reinterpret_cast<const float4*>(qrow + (hb + u) * kD + col));
@@ -229,7 +234,7 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
             // The pair before's PV was committed before this S: its tiles go back to the producer as soon as it
             // completes, while this S still runs.
             wgmma_wait<1>();
-            // Predicated, not branched: a branch while S is in flight makes ptxas serialize the wgmmas.
+            // Predicated arrivals while S is in flight (the leader lanes, from the second pair on).
             mbar_arrive_if(empty(ta - 2), pr > 0 && leader);  // a pair before the last has both tiles
             mbar_arrive_if(empty(ta - 1), pr > 0 && leader);
             wgmma_wait<0>();
@@ -352,7 +357,7 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_attention_wgmma_kernel(const __grid_constant__ WgAttnParams p) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    __trap();  // built for another architecture: sparse_attention_wgmma_applies() keeps callers away
+    __trap();  // built without sm_90a: applies() asks for compute capability 9.0, so the build must include 90a
 #else
     pdl_prologue();  // see pdl.cuh
     extern __shared__ uint8_t smem_raw[];
@@ -389,7 +394,8 @@ bool sparse_attention_wgmma_applies(int64_t rows, int64_t heads, int64_t d, bool
                                     const float* q, const float* out) {
     return !batch_invariant && table && d == kD && heads > 0 && heads % kHeads == 0 &&
            rows * (heads / kHeads) >= device_sm_count() && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
-           reinterpret_cast<uintptr_t>(out) % 8 == 0 && device_compute_capability() == 90 && wgmma_attention_enabled();
+           reinterpret_cast<uintptr_t>(out) % 8 == 0 && rows * (heads / kHeads) <= kMaxItems &&
+           device_compute_capability() == 90 && wgmma_attention_enabled();
 }
 
 void launch_sparse_attention_wgmma(float* out, const float* q, const uint16_t* table, const int32_t* offsets,
@@ -397,7 +403,7 @@ void launch_sparse_attention_wgmma(float* out, const float* q, const uint16_t* t
                                    cudaStream_t stream) {
     const int64_t items = rows * (heads / kHeads);
     if (items == 0) return;
-    DI_ICHECK(items < (int64_t{1} << 31), "sparse_attention_wgmma: too many rows");
+    DI_ICHECK(items <= kMaxItems, "sparse_attention_wgmma: too many rows");
     static std::atomic<uint64_t> configured{0};
     allow_smem(sparse_attention_wgmma_kernel, kSmemBytes, configured);
     const WgAttnParams p{out,

@@ -1,5 +1,6 @@
 // Hopper (sm_90a) helpers shared by the kernels that stream weights through an mbarrier ring into wgmma.mma_async
-// with A in registers (experts_wgmma.cu, gemv_wgmma.cu): the mbarrier and cp.async-arrive wrappers, the proxy and
+// with A in registers (experts_wgmma.cu, gemv_wgmma.cu; attention_wgmma.cu uses the ring's wrappers and fences with
+// both operands in shared memory, wgmma_ss.cuh): the mbarrier and cp.async-arrive wrappers, the proxy and
 // wgmma fences, the shared-memory descriptor of a K-major bf16 B operand under the 128-byte swizzle, the
 // m64nNk16 bf16 products (N = 8 .. 128) and the gather that writes activations in a kernel's permuted k order.
 //
