@@ -28,11 +28,12 @@
 // for 65.5 KFLOP, 192 bytes a clock at the tensor rate against the SM's 128; a pair of tiles moves ~264 KB through
 // shared memory (~2,060 clocks) for 8.4 MFLOP (~2,050 clocks of tensor work), so at most ~50% of the tensor rate,
 // plus the softmax between the products. The queries cost 128 KB of HBM an item (~4,000 clocks of an SM's share of
-// the bandwidth), overlapped with the item before's last products and the next item's first tiles.
+// the bandwidth), loaded after the item before's last S: only its last PV and epilogue overlap them.
 // Measured (H200, attention_bench): 236 TFLOP/s at 16,384 rows of ~607 keys (5.52 ms; the mma.sync kernel 9.38),
-// ~7,700 clocks a pair against the ~3,000 counted above. ncu (2,048 rows): 3 warps a scheduler issuing 0.38 a
-// cycle, SM busy 36%, the top stall the producer's global loads (queries, key rows); the ring of 4 tiles holds
-// only the next pair, whose copies from L2 the consumers still wait for.
+// ~7,700 clocks a pair on average against the ~3,000 counted above. The two prefill shapes of attention_bench fit
+// ~18 us a CTA an item besides ~2.6 us (~4,600 clocks) a pair: the items' queries, 128 KB from HBM loaded 32 KB a
+// round trip after the item before's last S, look like the larger loss. ncu (2,048 rows): 3 warps a scheduler
+// issuing 0.38 a cycle, SM busy 36%, the top stall the producer's global loads.
 #include <cuda_bf16.h>
 
 #include <atomic>
