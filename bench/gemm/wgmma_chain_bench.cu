@@ -15,7 +15,12 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backend/cuda/bf16_mma.cuh"
+#include "backend/cuda/wgmma_common.cuh"
+
 namespace {
+
+using namespace deepinfer::cuda::wgmma;  // the kernels' wgmma forms, descriptor, fences and mbarrier wrappers
 
 #define ACC64                                                                                                         \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
@@ -31,25 +36,6 @@ namespace {
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), \
         "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
-__device__ __forceinline__ void e4m3_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b, uint32_t scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ACC64
-        ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : ACC64_OUT(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
-}
-// m64n64k32 (32 accumulators a thread): for the 4-warpgroup shape.
-__device__ __forceinline__ void e4m3_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, uint32_t scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\nwgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
-          "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
-          "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
-          "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
-}
 __device__ __forceinline__ void e4m3_ss(float (&d)[64], uint64_t a, uint64_t b, uint32_t scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\nwgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " ACC64
@@ -57,22 +43,6 @@ __device__ __forceinline__ void e4m3_ss(float (&d)[64], uint64_t a, uint64_t b, 
         : ACC64_OUT(d)
         : "l"(a), "l"(b), "r"(scale_d));
 }
-__device__ __forceinline__ void bf16_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b, uint32_t scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " ACC64
-        ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-        : ACC64_OUT(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
-}
-
-// K-major operand under the 128-byte swizzle (SBO 1024), as the kernels' b_desc.
-__device__ __forceinline__ uint64_t desc(uint32_t addr) {
-    return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-           (uint64_t{1} << 62);
-}
-__device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
-__device__ __forceinline__ void pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
-
 // The chain's parts, as bits of kParts. kOverlap: the decode of the next stage's A runs while this stage's wgmmas do
 // (into a second set of A registers), as the pipelined consumer would.
 constexpr int kMbarrier = 1, kFence = 2, kDecode = 4, kPromote = 8, kSharedA = 16, kBf16 = 32, kOverlap = 64;
@@ -84,12 +54,8 @@ __device__ __forceinline__ void decode(const uint8_t* sm, const uint2* table, in
     for (int h = 0; h < 2; ++h) {
         const uint4 w = *reinterpret_cast<const uint4*>(sm + 24 * 1024 + (r + 8 * h) * 64 + c * 16);
         const uint2 t = table[(sm[32 * 1024 + (r + 8 * h) * 4 + c] + s) & 15];
-        for (int k4 = 0; k4 < 4; ++k4) {
-            const uint32_t u = k4 == 0 ? w.x : k4 == 1 ? w.y : k4 == 2 ? w.z : w.w;
-            const uint32_t m = u & 0x77777777u, ul = u << 4;
-            a[k4][h] = __byte_perm(t.x, t.y, m) | (__byte_perm(u, ul, 0x1504u) & 0x80808080u);
-            a[k4][h + 2] = __byte_perm(t.x, t.y, m >> 16) | (__byte_perm(u, ul, 0x3726u) & 0x80808080u);
-        }
+        for (int k4 = 0; k4 < 4; ++k4)
+            deepinfer::cuda::chunks::fp4_word_to_e4m3(word_of(w, k4), t, a[k4][h], a[k4][h + 2]);
     }
 }
 
@@ -103,8 +69,8 @@ __global__ void __launch_bounds__(N == 64 ? 512 : 256, 1) chain_kernel(float* si
     const uint32_t bar = base + 48 * 1024;
     for (int i = threadIdx.x; i < 12 * 1024; i += blockDim.x) reinterpret_cast<uint32_t*>(sm)[i] = i * 2654435761u;
     if (threadIdx.x == 0) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar) : "memory");
-        asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(bar) : "memory");
+        mbar_init(bar, 1);
+        mbar_arrive(bar);
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -113,23 +79,16 @@ __global__ void __launch_bounds__(N == 64 ? 512 : 256, 1) chain_kernel(float* si
     uint32_t a[4][4], a_next[4][4];
     for (int i = 0; i < 4; ++i)
         for (int j = 0; j < 4; ++j) a[i][j] = a_next[i][j] = threadIdx.x * (i + 3) * (j + 5);
-    const uint64_t bd = desc(base), ad = desc(base + 16 * 1024);
+    const uint64_t bd = b_desc(base), ad = b_desc(base + 16 * 1024);
     const uint2* table = reinterpret_cast<const uint2*>(sm + 40 * 1024);
     // One stage on A fragments `cur`; with kOverlap the next stage's are decoded into `nxt` beside the wgmmas (two
     // sets of registers taking turns, so that no copy merges them and no wgmma input is redefined in flight).
     const auto stage = [&](uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4], int s) {
         if (kParts & kMbarrier) {  // a completed barrier: the wait's own cost
-            uint32_t done;
-            do {
-                asm volatile(
-                    "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\nselp.u32 %0, 1, 0, p;\n}\n"
-                    : "=r"(done)
-                    : "r"(bar)
-                    : "memory");
-            } while (!done);
+            mbar_wait(bar, 0);
             __syncwarp();
         }
-        if (kParts & kFence) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (kParts & kFence) fence_proxy_async();
         float2 xs[N / 8];
         if (kParts & kPromote)
             for (int j = 0; j < N / 8; ++j)
@@ -140,21 +99,22 @@ __global__ void __launch_bounds__(N == 64 ? 512 : 256, 1) chain_kernel(float* si
             cur[0][0] += 1;  // A redefined every stage, as a decode would
         for (int i = 0; i < 4; ++i)
             for (int j = 0; j < 4; ++j) pin(cur[i][j]);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        wgmma_fence();
         for (int k4 = 0; k4 < 4; ++k4) {
             const uint32_t scale_d = (kParts & kPromote) ? (k4 > 0) : 1u;
+            const uint32_t(&f)[4] = cur[k4];
             if constexpr (N == 64)
-                e4m3_rs(block, cur[k4], bd + 2 * k4, scale_d);
-            else if (kParts & kBf16)
-                bf16_rs(block, cur[k4], bd + 2 * k4, scale_d);
+                Wgmma8<64>::mma(block, f[0], f[1], f[2], f[3], bd + 2 * k4, scale_d);
+            else if (kParts & kBf16)  // never with the promotion: always accumulating
+                Wgmma<128>::mma(block, f[0], f[1], f[2], f[3], bd + 2 * k4);
             else if (kParts & kSharedA)
                 e4m3_ss(block, ad + 2 * k4, bd + 2 * k4, scale_d);
             else
-                e4m3_rs(block, cur[k4], bd + 2 * k4, scale_d);
+                Wgmma8<128>::mma(block, f[0], f[1], f[2], f[3], bd + 2 * k4, scale_d);
         }
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        wgmma_commit();
         if (kParts & kOverlap) decode(sm, table, warp, g, c, s + 1, nxt);
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        wgmma_wait<0>();
         if (kParts & kPromote)
             for (int j = 0; j < N / 8; ++j) {
                 acc[4 * j] = fmaf(block[4 * j], xs[j].x, acc[4 * j]);

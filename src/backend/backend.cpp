@@ -30,21 +30,20 @@ std::vector<int64_t> Backend::expert_run_starts(TensorView x, const std::vector<
     return starts;
 }
 
-// The quantized copy of x [T, K] that the default quantized products multiply.
-static Tensor quantized_copy(Backend& be, TensorView x, QuantSim kind, int block) {
-    Tensor q = be.alloc(x.dtype(), x.shape());
-    be.copy(q, x);
-    be.fake_quantize(q, kind, block);
+Tensor Backend::quantized_copy(TensorView x, QuantSim kind, int block) {
+    Tensor q = alloc(x.dtype(), x.shape());
+    copy(q, x);
+    fake_quantize(q, kind, block);
     return q;
 }
 
 void Backend::quantized_linears(TensorView x, QuantSim kind, int block, const std::vector<Projection>& projections) {
-    linears(quantized_copy(*this, x, kind, block), projections);
+    linears(quantized_copy(x, kind, block), projections);
 }
 
 void Backend::quantized_grouped_linear(TensorView out, TensorView x, QuantSim kind, int block, const LinearWeight& w,
                                        int groups) {
-    grouped_linear(out, quantized_copy(*this, x, kind, block), w, groups);
+    grouped_linear(out, quantized_copy(x, kind, block), w, groups);
 }
 
 void Backend::check_act_block(int act_block, const std::vector<LinearWeight>& w1) {
@@ -94,7 +93,7 @@ void Backend::routed_experts(TensorView out, TensorView x, TensorView expert_of_
     const int64_t rows = expert_of_row.numel(), inter = w1[0].rows;
     if (rows == 0) return;
     Tensor g = alloc(DType::kF32, Shape{rows, inter}), u = alloc(DType::kF32, Shape{rows, inter});
-    const Tensor xq = act_block > 0 ? quantized_copy(*this, x, QuantSim::kFp8Ue8m0, act_block) : Tensor();
+    const Tensor xq = act_block > 0 ? quantized_copy(x, QuantSim::kFp8Ue8m0, act_block) : Tensor();
     const TensorView in = act_block > 0 ? xq.view() : x;
     expert_linear(g, in, expert_of_row, w1, rows_per_input);
     expert_linear(u, in, expert_of_row, w3, rows_per_input);

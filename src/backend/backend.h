@@ -287,6 +287,8 @@ public:
     virtual void fake_quantize(TensorView x, QuantSim kind, int block) = 0;
 
 protected:
+    // A copy of x quantized as fake_quantize(kind, block) quantizes it (what the default quantized products multiply).
+    Tensor quantized_copy(TensorView x, QuantSim kind, int block);
     // Checks routed_experts' act_block against the experts' D and I.
     static void check_act_block(int act_block, const std::vector<LinearWeight>& w1);
     // The first row of each expert's run in grouped_experts' x (R at the end), once its shapes are checked.

@@ -29,6 +29,11 @@ struct ActivationQuant {
     bool quantizes(const LinearWeight& w) const {
         return on() && w.format == WeightFormat::kFp8Block && w.cols % block == 0;
     }
+    // The routed experts' activation block (Backend::routed_experts' act_block) for experts of width inter over D
+    // columns: the block where D and inter are whole blocks, else 0 (their inputs multiplied as they are).
+    int expert_block(int64_t d, int64_t inter) const {
+        return on() && d % block == 0 && inter % block == 0 ? block : 0;
+    }
     // be.linears(x, ps) with the products that quantize their input taking it quantized (Backend::quantized_linears).
     void linears(Backend& be, TensorView x, const std::vector<Backend::Projection>& ps) const;
     // be.linear(out, x, w), x quantized first where the product quantizes its input.

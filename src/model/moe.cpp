@@ -102,8 +102,7 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
     Tensor routed = be.alloc(DType::kF32, Shape{T * K, D});
     // FP8 activations quantize the routed experts' inputs too (per 128 columns of x and of the SwiGLU output), as
     // FP8 tensor cores take them; experts whose widths are not whole blocks multiply them as they are.
-    const int64_t inter = w.w1.empty() ? 0 : w.w1[0].rows;
-    const int act_block = aq.on() && D % aq.block == 0 && inter % aq.block == 0 ? aq.block : 0;
+    const int act_block = aq.expert_block(D, w.w1.empty() ? 0 : w.w1[0].rows);
     const bool on_device = host || (!be.batch_invariant() && T * K <= kMoeDeviceSlots);
     Tensor ids;
     if (!on_device) {

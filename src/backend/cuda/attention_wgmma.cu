@@ -366,10 +366,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_wgmma_kernel(con
     const uint32_t qs = base, tiles = base + kOffTiles, ps = base + kOffP, bars = base + kOffBars;
     float* red = reinterpret_cast<float*>(smem_raw + (base - raw) + kOffRed);
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kSlots; ++s) {
-            mbar_init(bars + 8 * s, kProducerThreads);           // full: the producer threads' cp.async arrivals
-            mbar_init(bars + 8 * (kSlots + s), kConsumerWarps);  // empty: each consumer warp once
-        }
+        // full: the producer threads' cp.async arrivals; empty: each consumer warp once
+        mbar_init_ring(bars, kSlots, kProducerThreads, kConsumerWarps);
         mbar_init(bars + 8 * 2 * kSlots, kProducerThreads);      // queries written
         mbar_init(bars + 8 * (2 * kSlots + 1), kConsumerWarps);  // queries read
     }

@@ -2,6 +2,7 @@
 // in moe.cu): mma.sync m16n8k16 with bf16 inputs and f32 accumulators, and the decode of a 16-byte chunk of weights
 // into bf16 pairs. Weights exact in bf16 (BF16, FP8 and FP4 times E8M0 scales) decode exactly; F32, F16 and FP8
 // with F32 scales round to nearest even.
+// Also FP4's decode to e4m3 codes, the FP8 experts' A fragments (fp4_word_to_e4m3).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -94,6 +95,18 @@ __device__ __forceinline__ void fp4_word_to_bf16(uint32_t u, const Fp4Scale& s, 
         if constexpr (kSlow) t = mul_bf16x2(t, s.post);
         o[j] = t | ((u << (12 - 4 * j)) & 0x80008000u);  // the signs of codes j and j + 4 (bits 4j + 3, 4j + 19)
     }
+}
+
+// One word of 8 e2m1 codes (low nibble first) -> e4m3 bytes (experts_fp8.cu's A fragments) lo = codes 0-3, hi = codes
+// 4-7 (code j in byte j % 4), the magnitudes from table row t (bytes: e4m3 of the magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6
+// times 2^d).
+__device__ __forceinline__ void fp4_word_to_e4m3(uint32_t u, uint2 t, uint32_t& lo, uint32_t& hi) {
+    const uint32_t m = u & 0x77777777u;  // magnitudes: a selector nibble's bit 3 (sign replication) clear
+    const uint32_t ul = u << 4;          // byte b: bit 7 = the sign of code 2 b
+    // Signs at bit 7 of byte j from code j: codes 0, 2 from ul's bytes 0, 1; codes 1, 3 from u's (4-7: bytes 2, 3).
+    const uint32_t s_lo = byte_perm(u, ul, 0x1504u), s_hi = byte_perm(u, ul, 0x3726u);
+    lo = byte_perm(t.x, t.y, m) | (s_lo & 0x80808080u);
+    hi = byte_perm(t.x, t.y, m >> 16) | (s_hi & 0x80808080u);
 }
 
 }  // namespace deepinfer::cuda::chunks

@@ -383,9 +383,8 @@ public:
                          p.w_row0, p.n_out);
         }
         if (t4 < t) {  // the last rows quantized in a copy, on matmul() (their GEMV)
-            Tensor tail = alloc(DType::kF32, Shape{t - t4, cols});
-            copy(tail, TensorView(x.f32() + t4 * cols, DType::kF32, Shape{t - t4, cols}));
-            fake_quantize(tail, kind, block);
+            const Tensor tail =
+                quantized_copy(TensorView(x.f32() + t4 * cols, DType::kF32, Shape{t - t4, cols}), kind, block);
             for (const Fp8Product& p : ps)
                 matmul(*lane_, p.out + t4 * p.ldc, p.ldc, tail.f32() + p.x_col0, cols, t - t4, p.w, p.w_row0, p.n_out);
         }
@@ -797,12 +796,7 @@ public:
                   rows_per_input, " per input");
         if (r == 0) return;
         // FP8 activations: the kernels read a quantized copy of x and quantize h themselves (quantize_h).
-        Tensor xq;
-        if (act_block > 0) {
-            xq = alloc(DType::kF32, x.shape());
-            copy(xq, x);
-            fake_quantize(xq, QuantSim::kFp8Ue8m0, act_block);
-        }
+        const Tensor xq = act_block > 0 ? quantized_copy(x, QuantSim::kFp8Ue8m0, act_block) : Tensor();
         const auto op = profiler_->scope("routed_experts wgmma");
         cuda::launch_routed_experts_wgmma(
             out.f32(), act_block > 0 ? xq.f32() : x.f32(), expert_of_row.as<const int32_t>(), r, rows_per_input, table,
@@ -939,6 +933,24 @@ private:
                                                    static_cast<int>(t1.host.size()));
     }
 
+    // bytes (a plan or a table of the expert kernels) in a new device tensor of I32 words.
+    Tensor device_bytes(const std::vector<uint8_t>& bytes) {
+        DI_ICHECK(bytes.size() % 4 == 0, "expert kernels: ", bytes.size(), " bytes of plan or table");
+        Tensor t = alloc(DType::kI32, Shape{static_cast<int64_t>(bytes.size() / 4)});
+        upload(t, bytes.data());
+        return t;
+    }
+    // The ExpertTable versions a table derived from three expert lists was built from (first use: none).
+    struct ListVersions {
+        uint64_t v1 = 0, v3 = 0, v2 = 0;
+        // Whether t1, t3 and t2 are not the versions recorded (one of the lists was described again), recording them.
+        bool refresh(const ExpertTable& t1, const ExpertTable& t3, const ExpertTable& t2) {
+            if (v1 == t1.version && v3 == t3.version && v2 == t2.version) return false;
+            v1 = t1.version, v3 = t3.version, v2 = t2.version;
+            return true;
+        }
+    };
+
     // The fused wgmma experts over runs starting at `starts` (expert_run_starts): the plan built on the host and
     // uploaded, then the kernels over x in place, or over rows read from in_rows and written to out_rows.
     void run_wgmma_experts(const std::vector<int64_t>& starts, const ExpertTable& t1, const ExpertTable& t3,
@@ -949,8 +961,7 @@ private:
             cuda::grouped_experts_wgmma_plan(starts.data(), static_cast<int>(starts.size() - 1), t1.host.data(),
                                              t3.host.data(), t2.host.data(), w1.cols, w1.rows);
         DI_ICHECK(plan.size() % 16 == 0, "grouped_experts: a plan of ", plan.size(), " bytes");
-        Tensor device_plan = alloc(DType::kI32, Shape{static_cast<int64_t>(plan.size() / 4)});
-        upload(device_plan, plan.data());
+        const Tensor device_plan = device_bytes(plan);
         cuda::launch_grouped_experts_wgmma(x, starts.back(), plan, device_plan.view().data(), w1.cols, w1.rows,
                                            swiglu_limit, stream_, in_rows, out_rows);
     }
@@ -962,8 +973,7 @@ private:
         const std::vector<uint8_t> plan =
             cuda::experts_fp8_plan(starts.data(), static_cast<int>(starts.size() - 1), w1.cols, w1.rows);
         DI_ICHECK(plan.size() % 16 == 0, "grouped_experts: a plan of ", plan.size(), " bytes");
-        Tensor device_plan = alloc(DType::kI32, Shape{static_cast<int64_t>(plan.size() / 4)});
-        upload(device_plan, plan.data());
+        const Tensor device_plan = device_bytes(plan);
         cuda::launch_grouped_experts_fp8(x, starts.back(), plan, device_plan.view().data(), table, w1.cols, w1.rows,
                                          swiglu_limit, stream_, in_rows, out_rows);
     }
@@ -973,7 +983,7 @@ private:
     // row whose scales span more binades than e4m3 holds exactly (experts_fp8_prepare, said once). Decided and built
     // on the first use of a w1 list, as wgmma_table.
     struct Fp8ExpertsTable {
-        uint64_t v1 = 0, v3 = 0, v2 = 0;
+        ListVersions built_from;
         bool applies = false;
         Tensor row_max;  // experts_fp8_row_bytes, as I32 words
         Tensor device;   // [experts] cuda::ExpertsFp8Ptrs, as I32 words
@@ -982,8 +992,7 @@ private:
                                   const ExpertTable& t2, int act_block) {
         if (!fp8_gemm_ || act_block != 128 || gemm_mode_ != GemmMode::kAuto) return nullptr;
         Fp8ExpertsTable& t = fp8_experts_tables_[w1.data()];
-        if (t.v1 != t1.version || t.v3 != t3.version || t.v2 != t2.version) {
-            t.v1 = t1.version, t.v3 = t3.version, t.v2 = t2.version;
+        if (t.built_from.refresh(t1, t3, t2)) {
             const int n = static_cast<int>(t1.host.size());
             t.applies = t3.host.size() == t1.host.size() && t2.host.size() == t1.host.size() &&
                         cuda::experts_fp8_shapes_ok(t1.host.data(), t3.host.data(), t2.host.data(), n);
@@ -1002,11 +1011,8 @@ private:
                 }
             }
             if (t.applies) {
-                const std::vector<uint8_t> bytes =
-                    cuda::experts_fp8_table(t1.host.data(), t3.host.data(), t2.host.data(), n,
-                                            static_cast<const uint8_t*>(t.row_max.view().data()));
-                t.device = alloc(DType::kI32, Shape{static_cast<int64_t>(bytes.size() / 4)});
-                upload(t.device, bytes.data());
+                t.device = device_bytes(cuda::experts_fp8_table(t1.host.data(), t3.host.data(), t2.host.data(), n,
+                                                                static_cast<const uint8_t*>(t.row_max.view().data())));
             }
         }
         return t.applies ? t.device.view().data() : nullptr;
@@ -1017,24 +1023,20 @@ private:
     // Decided and built on the first use of a w1 list, keyed by its address, and again only when one of the three
     // lists was described again (expert_table()): a decode step pays no O(experts) check for it.
     struct WgmmaTable {
-        uint64_t v1 = 0, v3 = 0, v2 = 0;  // the ExpertTable versions it was built from
+        ListVersions built_from;
         bool applies = false;
         Tensor device;  // [experts] cuda::routed_experts_wgmma_table's bytes, as I32 words
     };
     const void* wgmma_table(const std::vector<LinearWeight>& w1, const ExpertTable& t1, const ExpertTable& t3,
                             const ExpertTable& t2) {
         WgmmaTable& t = wgmma_tables_[w1.data()];
-        if (t.v1 != t1.version || t.v3 != t3.version || t.v2 != t2.version) {
-            t.v1 = t1.version, t.v3 = t3.version, t.v2 = t2.version;
+        if (t.built_from.refresh(t1, t3, t2)) {
             t.applies =
                 t1.host.size() <= static_cast<size_t>(cuda::kRoutedWgmmaMaxExperts) && wgmma_takes(t1, t3, t2);
             t.device = Tensor();
             if (t.applies) {
-                const std::vector<uint8_t> bytes = cuda::routed_experts_wgmma_table(
-                    t1.host.data(), t3.host.data(), t2.host.data(), static_cast<int>(t1.host.size()));
-                DI_ICHECK(bytes.size() % 4 == 0, "routed_experts: a table of ", bytes.size(), " bytes");
-                t.device = alloc(DType::kI32, Shape{static_cast<int64_t>(bytes.size() / 4)});
-                upload(t.device, bytes.data());
+                t.device = device_bytes(cuda::routed_experts_wgmma_table(t1.host.data(), t3.host.data(), t2.host.data(),
+                                                                         static_cast<int>(t1.host.size())));
             }
         }
         return t.applies ? t.device.view().data() : nullptr;

@@ -82,6 +82,16 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// SwiGLU of one gate g and up u: silu(min(g, limit)) * clamp(u, +-limit), no clamp for limit <= 0 (the CPU op's
+// recipe, term for term).
+__device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
+    if (limit > 0) {
+        g = fminf(g, limit);
+        u = fminf(fmaxf(u, -limit), limit);
+    }
+    return g / (1.0f + expf(-g)) * u;
+}
+
 // Sum over a block (blockDim.x a multiple of 32, <= 1024); every thread gets the result. Every thread of the
 // block must call it (it synchronizes the block).
 __device__ __forceinline__ float block_sum(float v) {

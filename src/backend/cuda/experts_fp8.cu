@@ -37,9 +37,9 @@
 // and 4-7 as a2/a3. So the step's k position 4 c + j is real k 32 c + 8 s + j and 16 + 4 c + j is 32 c + 8 s + 4 + j:
 // B's stored column p of a 128-block holds real column k8perm(p), written that way by the quantizer (launches 0, 2).
 //
-// FP4 -> e4m3 (fp4_word_to_e4m3): a byte permute looks each code's magnitude up in an 8-byte row of a shared table
-// (the e4m3 bytes of the 8 e2m1 magnitudes times 2^d, one row per d = e - ref in [-8, 6]); two more permutes move the
-// codes' signs to bit 7 of their bytes. 9 instructions a word of 8 codes (the bf16 decode takes ~15).
+// FP4 -> e4m3 (chunks::fp4_word_to_e4m3, bf16_mma.cuh): a byte permute looks each code's magnitude up in an 8-byte row
+// of a shared table (the e4m3 bytes of the 8 e2m1 magnitudes times 2^d, one row per d = e - ref in [-8, 6]); two more
+// permutes move the codes' signs to bit 7 of their bytes. 9 instructions a word of 8 codes (the bf16 decode takes ~15).
 //
 // Work at D 4096, I 2048, 256 experts x 384 rows: 4.95 TFLOP a layer. Per stage and SM, the two warpgroups issue 8
 // m64n128k32 (4.2 MFLOP, ~512 cycles of the tensor cores at FP8's dense rate) and each consumer warp ~200 other
@@ -141,108 +141,11 @@ struct Params {
     float limit;  // SwiGLU clamp (gate/up; 0: none)
 };
 
-// wgmma.mma_async m64nNk32, f32 (+)= e4m3 A (registers, see the header) x e4m3 B (shared memory, K-major,
-// descriptor); scale_d = 0 overwrites d. d[4 j + v]: row g + 8 (v >> 1), column 8 j + 2 c + (v & 1).
-template <int N>
-struct Wgmma8;
-template <>
-struct Wgmma8<16> {
-    static __device__ __forceinline__ void mma(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint64_t desc, uint32_t scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7"
-            "}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-    }
-};
-template <>
-struct Wgmma8<32> {
-    static __device__ __forceinline__ void mma(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint64_t desc, uint32_t scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-            "}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-    }
-};
-template <>
-struct Wgmma8<64> {
-    static __device__ __forceinline__ void mma(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint64_t desc, uint32_t scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-            "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-    }
-};
-template <>
-struct Wgmma8<128> {
-    static __device__ __forceinline__ void mma(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint64_t desc, uint32_t scale_d) {
-        asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-            "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-    }
-};
-
-__device__ __forceinline__ int tile_width(int rows) { return rows > 64 ? 128 : rows > 32 ? 64 : rows > 16 ? 32 : 16; }
-
 // The weight row (matrix which = 0/1/2: W1/W3/W2, and its row) of row r of slice s (see the header).
 template <bool kGateUp>
 __device__ __forceinline__ void slice_row(int f0, int s, int r, int& which, int& row) {
     which = kGateUp ? (r >> 3) & 1 : 2;
     row = kGateUp ? f0 + 32 * s + 8 * (r >> 4) + (r & 7) : f0 + 64 * s + r;
-}
-
-// One word of 8 e2m1 codes (low nibble first) -> e4m3 bytes lo = codes 0-3, hi = codes 4-7 (code j in byte j % 4),
-// the magnitudes from table row t (bytes: e4m3 of the magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 times 2^d).
-__device__ __forceinline__ void fp4_word_to_e4m3(uint32_t u, uint2 t, uint32_t& lo, uint32_t& hi) {
-    const uint32_t m = u & 0x77777777u;  // magnitudes: a selector nibble's bit 3 (sign replication) clear
-    const uint32_t ul = u << 4;          // byte b: bit 7 = the sign of code 2 b
-    // Signs at bit 7 of byte j from code j: codes 0, 2 from ul's bytes 0, 1; codes 1, 3 from u's (4-7: bytes 2, 3).
-    const uint32_t s_lo = chunks::byte_perm(u, ul, 0x1504u), s_hi = chunks::byte_perm(u, ul, 0x3726u);
-    lo = chunks::byte_perm(t.x, t.y, m) | (s_lo & 0x80808080u);
-    hi = chunks::byte_perm(t.x, t.y, m >> 16) | (s_hi & 0x80808080u);
-}
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
-    return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
-}
-
-__device__ __forceinline__ float swiglu(float g, float u, float limit) {
-    if (limit > 0) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-    }
-    return g / (1.0f + expf(-g)) * u;
 }
 
 // The producer: fixed roles per thread pt across stages. B: 16-byte chunk kc = pt % 8 of rows n0 + 16 j (n0 = pt / 8),
@@ -322,8 +225,8 @@ __device__ __forceinline__ void decode_a(unsigned s, uint32_t (&a)[4][4], const 
     }
 #pragma unroll
     for (int k4 = 0; k4 < 4; ++k4) {
-        fp4_word_to_e4m3(word_of(raw[0], k4), t[0], a[k4][0], a[k4][2]);
-        fp4_word_to_e4m3(word_of(raw[1], k4), t[1], a[k4][1], a[k4][3]);
+        chunks::fp4_word_to_e4m3(word_of(raw[0], k4), t[0], a[k4][0], a[k4][2]);
+        chunks::fp4_word_to_e4m3(word_of(raw[1], k4), t[1], a[k4][1], a[k4][3]);
     }
 }
 
@@ -408,8 +311,8 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
             for (int v = 0; v < 2; ++v) {
                 const int n = 8 * j + 2 * c + v;
                 if (n < t.rows)
-                    h[static_cast<int64_t>(n) * p.out_cols] =
-                        swiglu(ldexpf(acc[4 * j + v], post_exp[0]), ldexpf(acc[4 * j + v + 2], post_exp[1]), p.limit);
+                    h[static_cast<int64_t>(n) * p.out_cols] = swiglu_value(
+                        ldexpf(acc[4 * j + v], post_exp[0]), ldexpf(acc[4 * j + v + 2], post_exp[1]), p.limit);
             }
     } else {
 #pragma unroll
@@ -437,12 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1) experts_fp8_kernel(const Params p
     uint8_t* ring_ptr = smem_raw + ((1024 - (mma::smem_addr(smem_raw) & 1023)) & 1023);
     uint2* table = reinterpret_cast<uint2*>(ring_ptr + kRingBytes);
     const uint32_t ring = mma::smem_addr(ring_ptr), bars = ring + kRingBytes + kTableRows * 8;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            mbar_init(bars + 8 * s, kProducerThreads);              // the producer threads' cp.async arrivals
-            mbar_init(bars + 8 * (kStages + s), kConsumerThreads);  // every consumer thread
-        }
-    }
+    // full: the producer threads' cp.async arrivals; empty: every consumer thread
+    if (threadIdx.x == 0) mbar_init_ring(bars, kStages, kProducerThreads, kConsumerThreads);
     if (threadIdx.x < kTableRows * 8) {  // byte m of row i: e4m3 of e2m1 magnitude m times 2^(i - 8), exact
         const int i = threadIdx.x / 8, m = threadIdx.x % 8;
         // e2m1 magnitude code m: 0, 0.5 (subnormals), then (1 + (m & 1) / 2) 2^(m / 2 - 1): 1, 1.5, 2, 3, 4, 6
@@ -540,14 +439,7 @@ void launch_quantize(uint8_t* q, float* s, const float* x, const float* const* i
 }  // namespace
 
 bool experts_fp8_shapes_ok(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts) {
-    if (num_experts <= 0 || device_compute_capability() != 90) return false;
-    const int64_t inter = w1[0].rows, d = w1[0].cols;
-    if (inter <= 0 || d <= 0 || inter % kDownFeatures != 0 || d % kDownFeatures != 0) return false;
-    if (inter > (int64_t{1} << 20) || d > (int64_t{1} << 20)) return false;  // int feature and k indices
-    for (int e = 0; e < num_experts; ++e)
-        if (!fp4_expert_ok(w1[e], inter, d) || !fp4_expert_ok(w3[e], inter, d) || !fp4_expert_ok(w2[e], d, inter))
-            return false;
-    return true;
+    return fp4_expert_lists_ok(w1, w3, w2, num_experts, kDownFeatures, kDownFeatures);
 }
 
 bool experts_fp8_prepare(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts,
@@ -643,26 +535,18 @@ void launch_grouped_experts_fp8(float* x, int64_t rows, const std::vector<uint8_
     DI_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
 
-namespace {
-std::vector<WeightDesc> descs_of(const std::vector<LinearWeight>& ws) {
-    std::vector<WeightDesc> d;
-    for (const LinearWeight& w : ws) d.push_back(describe_weight(w));
-    return d;
-}
-}  // namespace
-
 bool experts_fp8_shapes_ok(const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
                            const std::vector<LinearWeight>& w2) {
     if (w1.empty() || w3.size() != w1.size() || w2.size() != w1.size()) return false;
-    return experts_fp8_shapes_ok(descs_of(w1).data(), descs_of(w3).data(), descs_of(w2).data(),
-                                 static_cast<int>(w1.size()));
+    const ExpertDescs d(w1, w3, w2);
+    return experts_fp8_shapes_ok(d.w1.data(), d.w3.data(), d.w2.data(), static_cast<int>(w1.size()));
 }
 
 bool experts_fp8_prepare(const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
                          const std::vector<LinearWeight>& w2, uint8_t* row_max) {
     DI_ICHECK(experts_fp8_shapes_ok(w1, w3, w2), "experts_fp8_prepare: experts the kernels do not take");
-    return experts_fp8_prepare(descs_of(w1).data(), descs_of(w3).data(), descs_of(w2).data(),
-                               static_cast<int>(w1.size()), row_max, nullptr);
+    const ExpertDescs d(w1, w3, w2);
+    return experts_fp8_prepare(d.w1.data(), d.w3.data(), d.w2.data(), static_cast<int>(w1.size()), row_max, nullptr);
 }
 
 void run_grouped_experts_fp8_sync(float* x, const std::vector<int64_t>& run_starts, const std::vector<LinearWeight>& w1,
@@ -671,7 +555,8 @@ void run_grouped_experts_fp8_sync(float* x, const std::vector<int64_t>& run_star
     DI_ICHECK(experts_fp8_shapes_ok(w1, w3, w2) && run_starts.size() == w1.size() + 1,
               "run_grouped_experts_fp8_sync: ", w1.size(), " experts the kernels do not take");
     const int n = static_cast<int>(w1.size());
-    const std::vector<WeightDesc> d1 = descs_of(w1), d3 = descs_of(w3), d2 = descs_of(w2);
+    const ExpertDescs descs(w1, w3, w2);
+    const std::vector<WeightDesc>&d1 = descs.w1, &d3 = descs.w3, &d2 = descs.w2;
     const int64_t d = w1[0].cols, inter = w1[0].rows;
     uint8_t* row_max = nullptr;
     DI_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&row_max), experts_fp8_row_bytes(n, d, inter)));

@@ -256,10 +256,6 @@ __device__ __forceinline__ void fp4_word_to_a(uint32_t u, uint32_t alpha, uint32
     o[3] = chunks::mul_bf16x2(chunks::byte_perm(n1, odd, 0x7361u), alpha);   // (c5, c7)
 }
 
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
-    return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
-}
-
 // Weight row and scale pointers of row r of A slice `sl` (see the header). Gate/up on 2 consumer warpgroups: slices
 // W1, W3 of features f0 .. f0 + 63, then W1, W3 of f0 + 64 .. f0 + 127; on 4: row r of slice sl is feature
 // f0 + 32 sl + 8 (r / 16) + r % 8 of W1 if r % 16 < 8, else of W3 (so a lane's fragment rows g and g + 8 are the gate
@@ -405,14 +401,6 @@ __device__ __forceinline__ void produce_pairs(const Params& p, const Tile& t, in
         b_src += 2 * kBK;
         cp_async_arrive_noinc(bars + 8 * bar);
     }
-}
-
-__device__ __forceinline__ float swiglu(float g, float u, float limit) {
-    if (limit > 0) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-    }
-    return g / (1.0f + expf(-g)) * u;
 }
 
 // f(v, m, h) for every A fragment register v = a[g][m][h][i] of a wgmma batch (slice m, fragment row half h).
@@ -585,7 +573,7 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
                 const int n = 8 * j + 2 * c + (v & 1);
                 const int f = M == 2 ? 64 * wg + arow + 8 * (v >> 1) : 32 * wg + 8 * wl + g;
                 if (n < t.rows) {
-                    float hv = swiglu(acc[0][4 * j + v], acc[M - 1][4 * j + v + (M == 2 ? 0 : 2)], p.limit);
+                    float hv = swiglu_value(acc[0][4 * j + v], acc[M - 1][4 * j + v + (M == 2 ? 0 : 2)], p.limit);
                     if (M == 1) pin(hv);  // one h at a time: interleaved, their divisions spilled at 112 registers
                     if (p.h_f32)
                         static_cast<float*>(p.out)[(static_cast<int64_t>(t.row0) + n) * p.out_cols + t.feature0 + f] =
@@ -614,8 +602,6 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
     }
 }
 
-__device__ __forceinline__ int tile_width(int rows) { return rows > 64 ? 128 : rows > 32 ? 64 : rows > 16 ? 32 : 16; }
-
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... (consecutive tiles run at the same time on neighbouring
 // CTAs); the stage ring and its barrier phases continue from tile to tile, so the producer loads the next tile
 // while the consumers finish this one.
@@ -628,12 +614,8 @@ __global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Par
     extern __shared__ uint8_t smem_raw[];
     uint8_t* ring_ptr = smem_raw + ((1024 - (mma::smem_addr(smem_raw) & 1023)) & 1023);
     const uint32_t ring = mma::smem_addr(ring_ptr), bars = ring + R::kRingBytes;  // full[kBars], then empty[kBars]
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < R::kBars; ++s) {
-            mbar_init(bars + 8 * s, kProducerThreads);                  // the producer threads' cp.async arrivals
-            mbar_init(bars + 8 * (R::kBars + s), R::kConsumerThreads);  // every consumer thread (256 or 512)
-        }
-    }
+    // full: the producer threads' cp.async arrivals; empty: every consumer thread (256 or 512)
+    if (threadIdx.x == 0) mbar_init_ring(bars, R::kBars, kProducerThreads, R::kConsumerThreads);
     __syncthreads();
     const int nk = p.k / kBK;
     const int num_tiles = p.tile_count ? *p.tile_count : p.num_tiles;
@@ -852,17 +834,6 @@ void launch_decode(const Params& p, int64_t tiles1, const Params& q, int64_t til
     launch_tiles<false, R>(q, tiles2, stream);
 }
 
-// The descriptions of three expert lists (w1, w3, w2), as the backend describes its weights.
-struct ExpertDescs {
-    std::vector<WeightDesc> w1, w3, w2;
-    ExpertDescs(const std::vector<LinearWeight>& l1, const std::vector<LinearWeight>& l3,
-                const std::vector<LinearWeight>& l2) {
-        for (const LinearWeight& w : l1) w1.push_back(describe_weight(w));
-        for (const LinearWeight& w : l3) w3.push_back(describe_weight(w));
-        for (const LinearWeight& w : l2) w2.push_back(describe_weight(w));
-    }
-};
-
 std::vector<ExpertPtrs> expert_ptrs(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts) {
     std::vector<ExpertPtrs> experts(num_experts);
     for (int e = 0; e < num_experts; ++e)
@@ -878,18 +849,23 @@ bool fp4_expert_ok(const WeightDesc& w, int64_t rows, int64_t cols) {
            reinterpret_cast<uintptr_t>(w.scale) % 4 == 0;
 }
 
-bool grouped_experts_wgmma_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts) {
+bool fp4_expert_lists_ok(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts,
+                         int64_t inter_multiple, int64_t d_multiple) {
     // wgmma and setmaxnreg are sm_90a's: the device must be compute capability 9.0 (and the build must include 90a,
-    // which the kernel checks).
+    // which the kernels check).
     if (num_experts <= 0 || device_compute_capability() != 90) return false;
     const int64_t inter = w1[0].rows, d = w1[0].cols;
-    if (inter <= 0 || d <= 0 || inter % kGateUpFeatures != 0 || d % kDownFeatures != 0) return false;
+    if (inter <= 0 || d <= 0 || inter % inter_multiple != 0 || d % d_multiple != 0) return false;
     if (inter > (int64_t{1} << 20) || d > (int64_t{1} << 20)) return false;  // int feature and k indices
     for (int e = 0; e < num_experts; ++e) {
         if (!fp4_expert_ok(w1[e], inter, d) || !fp4_expert_ok(w3[e], inter, d) || !fp4_expert_ok(w2[e], d, inter))
             return false;
     }
     return true;
+}
+
+bool grouped_experts_wgmma_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts) {
+    return fp4_expert_lists_ok(w1, w3, w2, num_experts, kGateUpFeatures, kDownFeatures);
 }
 
 std::vector<uint8_t> grouped_experts_wgmma_plan(const int64_t* run_starts, int num_experts, const WeightDesc* w1,

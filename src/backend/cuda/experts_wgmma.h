@@ -38,6 +38,10 @@ std::vector<uint8_t> expert_tile_plan(const int64_t* run_starts, int num_experts
 // Whether w is an FP4 expert matrix [rows, cols] as the expert kernels read it: e2m1 with an E8M0 scale per 32 columns,
 // the codes 16-byte and the scales 4-byte aligned.
 bool fp4_expert_ok(const WeightDesc& w, int64_t rows, int64_t cols);
+// Whether both expert kernels' common conditions hold: a compute capability 9.0 device, num_experts > 0 experts whose
+// w1 and w3 [I, D] and w2 [D, I] are fp4_expert_ok, I a multiple of inter_multiple and D of d_multiple, both <= 2^20.
+bool fp4_expert_lists_ok(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts,
+                         int64_t inter_multiple, int64_t d_multiple);
 bool grouped_experts_wgmma_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts);
 
 // The kernels' plan for runs starting at run_starts [num_experts + 1] (host, run_starts[0] = 0): tile lists and

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "core/weight.h"
@@ -13,6 +14,16 @@ namespace deepinfer::cuda {
 
 // A device weight as the kernels see it (cuda_backend.cu; the dtype of a dense weight is checked there).
 WeightDesc describe_weight(const LinearWeight& w);
+// The descriptions of three expert lists (w1, w3, w2), as the backend describes its weights.
+struct ExpertDescs {
+    std::vector<WeightDesc> w1, w3, w2;
+    ExpertDescs(const std::vector<LinearWeight>& l1, const std::vector<LinearWeight>& l3,
+                const std::vector<LinearWeight>& l2) {
+        for (const LinearWeight& w : l1) w1.push_back(describe_weight(w));
+        for (const LinearWeight& w : l3) w3.push_back(describe_weight(w));
+        for (const LinearWeight& w : l2) w2.push_back(describe_weight(w));
+    }
+};
 
 // out[t, n] (row stride ldc) = sum_k x[t, k] (row stride lda) * W[w_row0 + n, k], t < rows, n < n_out.
 void launch_gemm(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,

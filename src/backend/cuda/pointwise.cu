@@ -131,12 +131,7 @@ __global__ void swiglu_kernel(float* __restrict__ out, const float* __restrict__
     pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float g = gate[i], u = up[i];
-    if (limit > 0) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
-    }
-    out[i] = g / (1.0f + expf(-g)) * u;
+    out[i] = swiglu_value(gate[i], up[i], limit);
 }
 
 __global__ void gated_pool_kernel(float* __restrict__ out, const float* __restrict__ kv, const float* __restrict__ gate,

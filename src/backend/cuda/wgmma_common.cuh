@@ -1,8 +1,9 @@
 // Hopper (sm_90a) helpers shared by the kernels that stream weights through an mbarrier ring into wgmma.mma_async
-// with A in registers (experts_wgmma.cu, gemv_wgmma.cu; attention_wgmma.cu uses the ring's wrappers and fences with
-// both operands in shared memory, wgmma_ss.cuh): the mbarrier and cp.async-arrive wrappers, the proxy and
-// wgmma fences, the shared-memory descriptor of a K-major bf16 B operand under the 128-byte swizzle, the
-// m64nNk16 bf16 products (N = 8 .. 128) and the gather that writes activations in a kernel's permuted k order.
+// with A in registers (experts_wgmma.cu, experts_fp8.cu, gemv_wgmma.cu; attention_wgmma.cu uses the ring's wrappers
+// and fences with both operands in shared memory, wgmma_ss.cuh): the mbarrier and cp.async-arrive wrappers and the
+// ring's set-up, the proxy and wgmma fences, the shared-memory descriptor of a K-major B operand under the 128-byte
+// swizzle, the m64nNk16 bf16 and m64nNk32 e4m3 products (N = 8 .. 128) and the gather that writes activations in a
+// kernel's permuted k order.
 //
 // The stage ring these kernels share: a producer warpgroup copies each stage with cp.async and signals the stage's
 // full barrier with cp.async.mbarrier.arrive.noinc (one arrival per producer thread, counted when its copies have
@@ -146,6 +147,94 @@ struct Wgmma<8> {
             : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(1));
     }
 };
+
+// wgmma.mma_async m64nNk32, f32 (+)= e4m3 A (registers, four codes each: a0 row g k 4c .. 4c + 3, a1 row g + 8,
+// a2 / a3 the same at k 16 + 4c) x e4m3 B (shared memory, K-major, descriptor); scale_d = 0 overwrites d.
+// d[4 j + v]: row g + 8 (v >> 1), column 8 j + 2 c + (v & 1).
+template <int N>
+struct Wgmma8;
+template <>
+struct Wgmma8<16> {
+    static __device__ __forceinline__ void mma(float (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc, uint32_t scale_d) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7"
+            "}, {%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+    }
+};
+template <>
+struct Wgmma8<32> {
+    static __device__ __forceinline__ void mma(float (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc, uint32_t scale_d) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+            "}, {%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+    }
+};
+template <>
+struct Wgmma8<64> {
+    static __device__ __forceinline__ void mma(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc, uint32_t scale_d) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+            "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+    }
+};
+template <>
+struct Wgmma8<128> {
+    static __device__ __forceinline__ void mma(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t desc, uint32_t scale_d) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+            "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+            "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+              "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+              "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+              "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+              "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+              "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+              "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+              "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+    }
+};
+
+// The stage ring's barriers at bars: full[stages] (full_count arrivals a phase), then empty[stages] (empty_count).
+// One thread calls it, before the block's first barrier.
+__device__ __forceinline__ void mbar_init_ring(uint32_t bars, int stages, uint32_t full_count, uint32_t empty_count) {
+    for (int s = 0; s < stages; ++s) {
+        mbar_init(bars + 8 * s, full_count);
+        mbar_init(bars + 8 * (stages + s), empty_count);
+    }
+}
+// Word w (0..3) of a 16-byte chunk.
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
+    return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+}
+// The wgmma width (N 16, 32, 64 or 128) of a tile of `rows` token rows.
+__device__ __forceinline__ int tile_width(int rows) { return rows > 64 ? 128 : rows > 32 ? 64 : rows > 16 ? 32 : 16; }
 
 // Whether Perm and Inv are inverse permutations of 0..127: a kernel's k order within a 128-column block (stored
 // column q holds real column Perm(q)), checked at compile time.

@@ -56,6 +56,15 @@ TEST(ActivationQuant, TakesFp8ProductsWhoseInputsFillWholeBlocks) {
     EXPECT_FALSE(on.quantizes(fp4));
 }
 
+// The routed experts quantize their inputs where both of their widths are whole blocks.
+TEST(ActivationQuant, ExpertBlockWhereDAndIAreWholeBlocks) {
+    const ActivationQuant on{128}, off{};
+    EXPECT_EQ(on.expert_block(4096, 2048), 128);
+    EXPECT_EQ(on.expert_block(4096, 192), 0);
+    EXPECT_EQ(on.expert_block(200, 2048), 0);
+    EXPECT_EQ(off.expert_block(4096, 2048), 0);
+}
+
 TEST(ActivationQuant, ValuesAsTheReferenceQuantizesThem) {
     auto be = create_backend("cpu", 1);
     // Two rows of two blocks. Row 0, block 0: amax 56 -> scale 56 x fp32(1 / 448) = 2^-3 (rounded exactly there);
