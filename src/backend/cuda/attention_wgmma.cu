@@ -7,9 +7,11 @@
 // A query row is two GEMMs with the heads as M: S [64, keys] = Q K^T and O [64, 512] += P V, V = K. A persistent
 // CTA (one an SM: 210 KB of shared memory) takes (row, 64-head group) items in turn with three warpgroups:
 //  - the producer copies key tiles of 32 keys (32 KB of bf16) by cp.async through the index list into a ring of 4,
-//    and converts each item's queries (64 x 512 fp32, 128 KB from HBM) to bf16 in shared memory once the
-//    consumers' last S of the item before has read the old ones;
-//  - two consumer warpgroups take the item's tiles in pairs: warpgroup w computes S for tile 2 i + w (32 SS
+//    running ahead into the next items;
+//  - two consumer warpgroups convert each item's queries (64 x 512 fp32, 128 KB, prefetched into L2 during the
+//    item before's last pair) to bf16 in shared memory, both at once between items (the producer alone took four
+//    HBM round trips: attention_bench's times fit ~18 us a CTA an item besides ~2.6 us a pair of tiles), and take
+//    the item's tiles in pairs: warpgroup w computes S for tile 2 i + w (32 SS
 //    wgmmas m64n32k16 over d), the two exchange their row maxima through shared memory (one named barrier), both
 //    scale their O halves by the same exp(m_old - m_new), write P (bf16) to shared memory, meet again and each
 //    multiplies both tiles' P into its 256 output columns (4 SS wgmmas m64n256k16, V read as an MN-major B
@@ -28,12 +30,12 @@
 // for 65.5 KFLOP, 192 bytes a clock at the tensor rate against the SM's 128; a pair of tiles moves ~264 KB through
 // shared memory (~2,060 clocks) for 8.4 MFLOP (~2,050 clocks of tensor work), so at most ~50% of the tensor rate,
 // plus the softmax between the products. The queries cost 128 KB of HBM an item (~4,000 clocks of an SM's share of
-// the bandwidth), loaded after the item before's last S: only its last PV and epilogue overlap them.
-// Measured (H200, attention_bench): 236 TFLOP/s at 16,384 rows of ~607 keys (5.52 ms; the mma.sync kernel 9.38),
-// ~7,700 clocks a pair on average against the ~3,000 counted above. The two prefill shapes of attention_bench fit
-// ~18 us a CTA an item besides ~2.6 us (~4,600 clocks) a pair: the items' queries, 128 KB from HBM loaded 32 KB a
-// round trip after the item before's last S, look like the larger loss. ncu (2,048 rows): 3 warps a scheduler
-// issuing 0.38 a cycle, SM busy 36%, the top stall the producer's global loads.
+// the bandwidth) and stall the consumers between items: prefetched into L2 a pair ahead, loaded 64 KB a round trip.
+// Measured before this form (H200, attention_bench; the producer loading the queries 32 KB a round trip after the
+// item before's last S): 236 TFLOP/s at 16,384 rows of ~607 keys (5.52 ms; the mma.sync kernel 9.38), ~7,700 clocks
+// a pair on average against the ~3,000 counted above; the two prefill shapes fit ~18 us a CTA an item besides ~2.6
+// us (~4,600 clocks) a pair. ncu (2,048 rows): 3 warps a scheduler issuing 0.38 a cycle, SM busy 36%, the top stall
+// the producer's global loads.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -64,7 +66,7 @@ constexpr int kThreads = kConsumerThreads + kProducerThreads;
 constexpr int kConsumerWarps = kConsumerThreads / 32;
 // setmaxnreg moves registers between the warpgroups of the launch allocation (168 a thread at 384 threads).
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8, kProducerRegs = 88, kConsumerRegs = 208;
-constexpr int kQBatch = 16;  // heads of the queries a producer thread loads at once (64 registers)
+constexpr int kQBatch = 16;  // heads of the queries a consumer thread loads at once (64 registers; o stays live)
 static_assert(2 * kConsumerRegs + kProducerRegs <= 3 * kLaunchRegs, "register file");
 
 // Shared memory, from a 1024-byte aligned base: every operand is [64-column block][row][128 bytes] under the
@@ -77,7 +79,7 @@ constexpr uint32_t kPBytes = kHeads * 128;          // P of one tile: [head][128
 constexpr uint32_t kOffTiles = kQBytes, kOffP = kOffTiles + kSlots * kTileBytes, kOffRed = kOffP + 2 * kPBytes;
 constexpr uint32_t kRedFloats = 2 * kHeads + 2 * 2 * kHeads;  // row maxima [2][64], denominators [2 rounds][2][64]
 constexpr uint32_t kOffBars = kOffRed + kRedFloats * 4;
-constexpr int kBars = 2 * kSlots + 2;  // full[kSlots], empty[kSlots], queries full, queries empty
+constexpr int kBars = 2 * kSlots;  // full[kSlots], empty[kSlots]
 constexpr int kSmemBytes = 1024 + kOffBars + kBars * 8;
 static_assert(kSmemBytes <= 227 * 1024, "shared memory");
 static_assert(kOffP % 1024 == 0 && kTileBytes % 1024 == 0, "operands keep the swizzle atoms 1024-byte aligned");
@@ -116,17 +118,15 @@ __device__ __forceinline__ void st_shared_v2(uint32_t addr, uint32_t a, uint32_t
     asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(a), "r"(b) : "memory");
 }
 
-// The producer warpgroup: key tiles into the ring, queries into their buffer.
-__device__ __forceinline__ void produce(const WgAttnParams& p, uint32_t qs, uint32_t tiles, uint32_t bars) {
+// The producer warpgroup: key tiles into the ring.
+__device__ __forceinline__ void produce(const WgAttnParams& p, uint32_t tiles, uint32_t bars) {
     const int tid = threadIdx.x - kConsumerThreads;
     // This thread copies 16-byte piece `piece` (columns 8 piece ..) of keys key0, key0 + 2, ... of every tile.
     const int piece = tid % 64, key0 = tid / 64;
     const uint32_t piece_base = (piece / 8) * kKBlock;
-    const uint32_t qfull = bars + 8 * 2 * kSlots, qempty = qfull + 8;
     uint32_t issued = 0;  // tiles issued by this CTA: the ring position
-    uint32_t round = 0;   // items
-    for (int item = blockIdx.x; item < p.rows * p.groups; item += gridDim.x, ++round) {
-        const int row = item / p.groups, h0 = (item % p.groups) * kHeads;
+    for (int item = blockIdx.x; item < p.rows * p.groups; item += gridDim.x) {
+        const int row = item / p.groups;
         const int begin = __ldg(p.offsets + row), len = __ldg(p.offsets + row + 1) - begin;
         const int ntiles = (len + kTileKeys - 1) / kTileKeys;
         // The rows of this thread's keys of the next tile, loaded a tile ahead: their L2 round trip overlaps the
@@ -156,28 +156,7 @@ __device__ __forceinline__ void produce(const WgAttnParams& p, uint32_t qs, uint
             cp_async_arrive_noinc(bars + 8 * slot);
             ++issued;
         };
-        // The item's first pair of tiles may land while the consumers finish the item before; its queries wait
-        // for that item's last S.
-        int t = 0;
-        for (; t < ntiles && t < 2; ++t) issue_tile(t);
-        mbar_wait(qempty, (round & 1) ^ 1);
-        const int q_heads = ntiles > 0 ? kHeads : 0;  // an item without keys never reads its queries
-        const float* qrow = p.q + (static_cast<int64_t>(row) * p.heads + h0) * kD;
-        const int col = 4 * tid;  // this thread's 4 columns of every head
-        const uint32_t q_at = qs + (col / 64) * kQBlock + (col % 8) * 2;
-#pragma unroll 1
-        for (int hb = 0; hb < q_heads; hb += kQBatch) {  // kQBatch 16-byte loads in flight a thread
-            float4 v[kQBatch];
-#pragma unroll
-            for (int u = 0; u < kQBatch; ++u) v[u] = __ldg(reinterpret_cast<const float4*>(qrow + (hb + u) * kD + col));
-#pragma unroll
-            for (int u = 0; u < kQBatch; ++u)
-                st_shared_v2(q_at + sw128(hb + u, (col % 64) / 8), mma::pack_bf16(v[u].x, v[u].y),
-                             mma::pack_bf16(v[u].z, v[u].w));
-        }
-        fence_proxy_async();  // the stores are generic-proxy writes; wgmma reads through the async proxy
-        mbar_arrive(qfull);
-        for (; t < ntiles; ++t) issue_tile(t);
+        for (int t = 0; t < ntiles; ++t) issue_tile(t);
     }
     mma::cp_async_wait_all();
 }
@@ -187,7 +166,6 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
                                         uint32_t bars) {
     const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const bool leader = lane == 0;
-    const uint32_t qfull = bars + 8 * 2 * kSlots, qempty = qfull + 8;
     auto full = [&](uint32_t tile) { return bars + 8 * (tile % kSlots); };
     auto empty = [&](uint32_t tile) { return bars + 8 * (kSlots + tile % kSlots); };
     auto phase = [](uint32_t tile) { return (tile / kSlots) & 1; };
@@ -205,8 +183,27 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
         const int ntiles = (len + kTileKeys - 1) / kTileKeys, npairs = (ntiles + 1) / 2;
         // o is not zeroed here (ptxas would serialize the wgmmas): the item's first PV overwrites it.
         float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-        mbar_wait(qfull, round & 1);
-        if (npairs == 0 && leader) mbar_arrive(qempty);
+        // The item's queries, converted to bf16 by both warpgroups: 16 16-byte loads in flight a thread, 64 KB a
+        // round trip (the producer's one warpgroup needed four). The item before's last S is complete in both
+        // warpgroups: each waited for its own before that pair's first named barrier.
+        if (npairs > 0) {
+            const int ct = threadIdx.x % kConsumerThreads, col = 4 * (ct % 128), half = ct / 128;
+            const float* qrow = p.q + (static_cast<int64_t>(row) * p.heads + h0) * kD + col;
+            const uint32_t q_at = qs + (col / 64) * kQBlock + (col % 8) * 2;
+#pragma unroll 1
+            for (int hb = 0; hb < kHeads; hb += 2 * kQBatch) {  // heads hb + 2 u + half
+                float4 v[kQBatch];
+#pragma unroll
+                for (int u = 0; u < kQBatch; ++u)
+                    v[u] = __ldg(reinterpret_cast<const float4*>(qrow + (hb + 2 * u + half) * kD));
+#pragma unroll
+                for (int u = 0; u < kQBatch; ++u)
+                    st_shared_v2(q_at + sw128(hb + 2 * u + half, (col % 64) / 8), mma::pack_bf16(v[u].x, v[u].y),
+                                 mma::pack_bf16(v[u].z, v[u].w));
+            }
+            fence_proxy_async();  // generic-proxy stores read by the wgmmas
+        }
+        named_bar_sync(1, kConsumerThreads);
 
         // S of pair pr into s: warpgroup w multiplies tile 2 pr + w; one without a tile (the second of an odd
         // count) multiplies tile a again and masks it all, so the products stay outside divergent code.
@@ -243,7 +240,16 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
             for (int i = 0; i < 16; ++i) pin(s[i]);
 #pragma unroll
             for (int i = 0; i < 128; ++i) pin(o[i]);
-            if (pr == npairs - 1 && leader) mbar_arrive(qempty);  // Q read for the last time
+            if (pr == npairs - 1 && item + static_cast<int>(gridDim.x) < p.rows * p.groups) {
+                // The next item's queries (128 contiguous KB) into L2 now, so that its loads wait on L2, not HBM.
+                const int next = item + static_cast<int>(gridDim.x);
+                const char* qn = reinterpret_cast<const char*>(
+                    p.q + (static_cast<int64_t>(next / p.groups) * p.heads + (next % p.groups) * kHeads) * kD);
+                const int ct = threadIdx.x % kConsumerThreads;
+#pragma unroll
+                for (int i = 0; i < kHeads * kD * 4 / 128 / kConsumerThreads; ++i)
+                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(qn + 128 * (ct + kConsumerThreads * i)));
+            }
 
             // Scaled logits (-inf past the tile's keys; a copy: s stays the wgmmas' alone, or ptxas serializes them)
             // and this warpgroup's row maxima.
@@ -368,13 +374,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_wgmma_kernel(con
     if (threadIdx.x == 0) {
         // full: the producer threads' cp.async arrivals; empty: each consumer warp once
         mbar_init_ring(bars, kSlots, kProducerThreads, kConsumerWarps);
-        mbar_init(bars + 8 * 2 * kSlots, kProducerThreads);      // queries written
-        mbar_init(bars + 8 * (2 * kSlots + 1), kConsumerWarps);  // queries read
     }
     __syncthreads();
     if (threadIdx.x >= kConsumerThreads) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-        produce(p, qs, tiles, bars);
+        produce(p, tiles, bars);
         return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
