@@ -392,6 +392,24 @@ TEST_F(CudaOps, CopyIsBitwise) {
     EXPECT_THROW(gpu_->copy(shorter, src), Error);
 }
 
+// The MoE's combine of the routed outputs and the shared expert: the model's width (four columns a thread), a width
+// that is not whole float4s (the scalar kernel), and more rows than a grid's y dimension holds (65,535).
+TEST_F(CudaOps, MoeCombine) {
+    struct Shape3 {
+        int64_t t, k, d;
+    };
+    for (const Shape3 s : {Shape3{5, 6, 4096}, Shape3{7, 6, 50}, Shape3{70000, 2, 4}}) {
+        const Tensor routed = host(randn(s.t * s.k * s.d), Shape{s.t * s.k, s.d});
+        const Tensor weights = host(randn(s.t * s.k), Shape{s.t, s.k});
+        const Tensor shared = host(randn(s.t * s.d), Shape{s.t, s.d});
+        Tensor ref = Tensor::f32(Shape{s.t, s.d});
+        cpu_->moe_combine(ref, routed, weights, shared);
+        Tensor out = poisoned(Shape{s.t, s.d});
+        gpu_->moe_combine(out, device(routed), device(weights), device(shared));
+        EXPECT_LE(rel_error(fetch(out), values(ref)), 1e-6) << s.t << " x " << s.k << " x " << s.d;
+    }
+}
+
 // Every hyper-connection op against the CPU, in this fixture's exact mode (the default mode's tensor-core dots:
 // CudaOpsDefaultMode below). The mix dot products split the width into chunks of 512 and take one kernel for up
 // to 64 rows and a tiled one above (8 rows of fn per block below 512 rows, 24 from there): d = 96 and 33 fit one
