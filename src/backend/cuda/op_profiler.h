@@ -1,7 +1,8 @@
 // Per-op device time for DEEPINFER_CUDA_PROFILE=1: CUDA events around every op of the backend's stream,
 // read back whenever the stream has drained, summed by op name; beside it the host time spent issuing each op
 // (its launches, allocations and uploads, and any wait inside them), and rows of host-only time for what is issued
-// between ops (allocations and frees of the model's tensors). Off (and free) otherwise.
+// between ops (allocations of the model's tensors; frees only push a block onto the block cache's free list, so
+// they have no row). Off (and free) otherwise.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,7 +49,7 @@ public:
     };
     // `name` must outlive the profiler (a string literal).
     Scope scope(const char* name);
-    // Host time of work issued outside every op (the model's allocations and frees between ops), reported as a row
+    // Host time of work issued outside every op (the model's allocations between ops), reported as a row
     // `name` with no device time; nothing when disabled or inside an op (whose row already counts it).
     class HostScope {
     public:
