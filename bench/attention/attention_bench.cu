@@ -10,7 +10,10 @@
 //    the other staging forced ("tc gather": fp32 keys gathered per tile; "tc table": a bf16 copy of the table
 //    first), each against the fp32 kernel (the difference is the bf16 rounding, ~3e-3); at prefill "tc" is the
 //    wgmma kernel (attention_wgmma.cu) and "tc mma.sync" the mma.sync one it replaces there, and a line compares
-//    the two outputs; "T=16384 prefill" is one CSA layer of an 8 x 2048 prefill as one sequence;
+//    the two outputs; "rotary" is the model's call there (the queries normed and rotated and the output
+//    rotated back inside the wgmma kernel) against the norm, RoPE, attention and inverse RoPE as four kernels
+//    (the reference column; no difference computed: the CUDA op test checks it is bitwise); "T=16384 prefill"
+//    is one CSA layer of an 8 x 2048 prefill as one sequence;
 //  - indexer_scores fp32: the SIMT kernel of DEEPINFER_CUDA_GEMM=tiled, against a naive one (below); "indexer_scores
 //    tc": the tensor-core kernel the bf16 modes run, against the fp32 kernel (the difference is the bf16 rounding
 //    of q and keys, ~3e-3 of the largest score). The decode shapes score T rows against one sequence's entries;
@@ -102,7 +105,7 @@ namespace {
         }                                                                                                 \
     } while (0)
 
-constexpr int kHeads = 64, kHeadDim = 512, kWindow = 128, kTopK = 512;
+constexpr int kHeads = 64, kHeadDim = 512, kWindow = 128, kTopK = 512, kRopeDim = 64;
 constexpr int kIndexHeads = 64, kIndexDim = 128;
 
 // A device buffer of n values uniform in [-a, a].
@@ -255,7 +258,34 @@ void bench_attention(int rows, bool prefill, const Options& o) {
         CHECK(cudaDeviceSynchronize());
         std::printf("%-24s %-28s wgmma against mma.sync: max rel diff %.2e\n", "sparse_attention tc", shape,
                     max_rel_diff(out_tc, out_mma, qn));
+        // The model's call (Backend::rotary_attention_rows): the queries' per-head RMSNorm and RoPE and the
+        // output's inverse RoPE inside the wgmma kernel, against the three ops around it (the queries normed in
+        // place each call: RMSNorm and RoPE leave their scale, so the timing holds).
+        std::vector<int32_t> positions(static_cast<size_t>(rows));
+        for (int t = 0; t < rows; ++t) positions[t] = t;
+        std::vector<float> inv_freq(kRopeDim / 2);
+        for (int i = 0; i < kRopeDim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / kRopeDim);
+        int32_t* pos_d = to_device(positions);
+        float* freq_d = to_device(inv_freq);
+        const AttnRope rope{pos_d, freq_d, kRopeDim, 1.0f, 1e-6f};
+        const double apart_us = time_us(
+            [&] {
+                launch_rms_norm(q, q, nullptr, static_cast<int64_t>(rows) * kHeads, kHeadDim, 1e-6f, false, nullptr);
+                launch_rope(q, pos_d, freq_d, rows, kHeads, kHeadDim, kRopeDim, 1.0f, false, nullptr);
+                tc_call(AttnKeyStaging::kTable)();
+                launch_rope(out_tc, pos_d, freq_d, rows, kHeads, kHeadDim, kRopeDim, 1.0f, true, nullptr);
+            },
+            o.iters);
+        const double fused_us = time_us(
+            [&] {
+                launch_sparse_attention_tc(out_tc, q, keys, nkeys, off_d, idx_d, sinks, rows, kHeads, kHeadDim, scale,
+                                           false, nullptr, AttnKeyStaging::kTable, nullptr, &rope);
+            },
+            o.iters);
+        report_vs("sparse_attention rotary", shape, fused_us, bytes, flops, apart_us, 0.0);
         CHECK(cudaFree(out_mma));
+        CHECK(cudaFree(pos_d));
+        CHECK(cudaFree(freq_d));
     }
     for (void* p : {static_cast<void*>(q), static_cast<void*>(keys), static_cast<void*>(sinks),
                     static_cast<void*>(out), static_cast<void*>(out_old), static_cast<void*>(out_tc),

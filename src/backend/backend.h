@@ -162,6 +162,25 @@ public:
         gather_rows(keys.view(), key_rows);
         sparse_attention(out, q, keys.view(), offsets, indices, sinks, scale);
     }
+    // The rotary queries and output of V4's attention around sparse_attention_rows: q [T, H, d] still to be normed
+    // per head (unweighted RMSNorm with eps) and rotated (RoPE of its last rope_dim dims at positions[t]), out
+    // rotated back after. The same as rms_norm_rope(q, nullptr, ...), sparse_attention_rows, then rope(out, ...,
+    // inverse), which is the default; q is left normed and rotated, or as it was (device backends may norm and
+    // rotate the queries as the attention loads them, and the output as it writes it).
+    struct AttentionRope {
+        const int32_t* positions;  // [T], this backend's memory
+        const float* inv_freq;     // [rope_dim / 2], this backend's memory
+        int rope_dim;
+        float attention_factor;
+        float eps;  // the queries' RMSNorm
+    };
+    virtual void rotary_attention_rows(TensorView out, TensorView q, TensorView key_rows, const int32_t* offsets,
+                                       const int32_t* indices, const float* sinks, float scale,
+                                       const AttentionRope& rope) {
+        rms_norm_rope(q, nullptr, rope.eps, rope.positions, rope.inv_freq, rope.rope_dim, rope.attention_factor);
+        sparse_attention_rows(out, q, key_rows, offsets, indices, sinks, scale);
+        this->rope(out, rope.positions, rope.inv_freq, rope.rope_dim, rope.attention_factor, true);
+    }
     // Compressor pooling: out [E, c] = sum_s softmax_s(gate[e, s, :]) * kv[e, s, :], per channel;
     // kv, gate [E, S, c]; a gate of -inf marks an empty slot.
     virtual void gated_pool(TensorView out, TensorView kv, TensorView gate) = 0;

@@ -503,6 +503,71 @@ TEST_P(CudaAttention, SparseAttentionByAddressMatchesTheTable) {
     gpu_->set_batch_invariant(false);
 }
 
+// rotary_attention_rows (V4's queries normed and rotated, the output rotated back) against its three ops run
+// apart on the same backend (Backend's default), bitwise: the wgmma kernel, which applies them as it loads the
+// queries and writes the output, at prefill sizes with 64 and 128 heads and rotary widths 64 and 128 (positions up
+// to 10^6, where sinf and cosf take their slow path), lists of 0 to 640 keys; and the calls it does not take (8
+// rows; a rotary width of 192) as the default. Against the CPU op under the bounds of the kernel under test.
+TEST_P(CudaAttention, RotaryAttentionMatchesItsThreeOps) {
+    struct Case {
+        int64_t rows, heads;
+        int rope_dim;
+    };
+    const int lens[] = {0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 128, 200, 640};
+    for (const Case& cs :
+         {Case{420, 64, 64}, Case{300, 128, 64}, Case{420, 64, 128}, Case{8, 64, 64}, Case{300, 64, 192}}) {
+        const int64_t d = 512, nkeys = 700;
+        KeyLists lists(cs.rows);
+        for (int64_t t = 0; t < cs.rows; ++t)
+            for (int i = 0; i < lens[t % 14]; ++i) lists[t].push_back(below(nkeys));
+        const FlatLists f(lists);
+        Tensor q = normal(Shape{cs.rows, cs.heads, d}, 3.0f), keys = normal(Shape{nkeys, d}, 1.0f);
+        Tensor sinks = normal(Shape{cs.heads}, 1.0f), inv_freq = Tensor::f32(Shape{cs.rope_dim / 2});
+        for (int i = 0; i < cs.rope_dim / 2; ++i)
+            inv_freq.f32()[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(cs.rope_dim));
+        std::vector<int32_t> positions(static_cast<size_t>(cs.rows));
+        for (auto& p : positions) p = below(1000000);
+        const std::string what = std::to_string(cs.rows) + " rows, " + std::to_string(cs.heads) + " heads, rope " +
+                                 std::to_string(cs.rope_dim);
+        const float scale = scale_of(q), af = 1.25f, eps = 1e-6f;
+
+        Tensor cpu_out = Tensor::f32(q.shape()), cpu_q = Tensor::f32(q.shape()), cpu_rows(DType::kI64, Shape{nkeys});
+        std::memcpy(cpu_q.f32(), q.f32(), q.nbytes());
+        for (int64_t i = 0; i < nkeys; ++i)
+            cpu_rows.view().as<int64_t>()[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(keys.f32() + i * d));
+        cpu_->rotary_attention_rows(cpu_out, cpu_q, cpu_rows, f.offsets.data(), f.indices.data(), sinks.f32(), scale,
+                                    {positions.data(), inv_freq.f32(), cs.rope_dim, af, eps});
+
+        Tensor kd = on_gpu(keys), sd = on_gpu(sinks), fd = on_gpu(inv_freq), pos_d = i32_on_gpu(positions);
+        Tensor off_d = i32_on_gpu(f.offsets), idx_d = i32_on_gpu(f.indices);
+        Tensor rows_host(DType::kI64, Shape{nkeys});
+        for (int64_t i = 0; i < nkeys; ++i)
+            rows_host.view().as<int64_t>()[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(kd.f32() + i * d));
+        Tensor rows_d = on_gpu(rows_host);
+        const Backend::AttentionRope rope{pos_d.as<int32_t>(), fd.f32(), cs.rope_dim, af, eps};
+        Tensor q1 = on_gpu(q), q2 = on_gpu(q), fused = nan_filled(q.shape()), apart = nan_filled(q.shape());
+        gpu_->rotary_attention_rows(fused, q1, rows_d, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(), scale, rope);
+        gpu_->Backend::rotary_attention_rows(apart, q2, rows_d, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(),
+                                             scale, rope);
+        const std::vector<float> got = download(fused), want = download(apart);
+        int64_t differ = 0, differ_rotary = 0, heads_differ = 0, last_head = -1;
+        double most = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+            if (got[i] != want[i]) {
+                ++differ;
+                differ_rotary += static_cast<int64_t>(i % d) >= d - cs.rope_dim;
+                heads_differ += static_cast<int64_t>(i / d) != last_head;
+                last_head = static_cast<int64_t>(i / d);
+                most = std::max(most, static_cast<double>(std::fabs(got[i] - want[i])));
+            }
+        EXPECT_EQ(differ, 0) << what << ": " << differ << " differ, " << differ_rotary << " in rotary columns, in "
+                             << heads_differ << " heads; largest difference " << most << ", relative "
+                             << rel_error(got, want);
+        EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); })) << what;
+        EXPECT_LE(rel_error(got, host_values(cpu_out)), tensor_cores() ? kBf16Bound : kBound) << what;
+    }
+}
+
 // In batch-invariant mode a row's attention is bitwise the same alone or among 40 rows (no split of its keys).
 // Between the two calls the fp32 kernel changes its head groups (8 and 4 heads), the tensor-core kernel its head
 // tiles (64 and 16 heads) and its key staging (the bf16 table copy for 40 rows, the fp32 gather for one).

@@ -492,7 +492,7 @@ bool sparse_attention_tc_copies_table(int64_t nkeys, int64_t rows) { return nkey
 void launch_sparse_attention_tc(float* out, const float* q, const float* keys, int64_t nkeys, const int32_t* offsets,
                                 const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
                                 float scale, bool batch_invariant, cudaStream_t stream, AttnKeyStaging staging,
-                                const float* const* key_rows) {
+                                const float* const* key_rows, const AttnRope* rope) {
     DI_ICHECK(sparse_attention_tc_applies(d), "head_dim ", d, " is too large for the tensor-core attention kernel");
     DI_ICHECK(!key_rows || (!keys && staging != AttnKeyStaging::kTable),
               "sparse_attention_tc: keys by address are gathered, never copied to a table");
@@ -511,12 +511,15 @@ void launch_sparse_attention_tc(float* out, const float* q, const float* keys, i
     const bool table = !key_rows && nkeys > 0 &&
                        (staging == AttnKeyStaging::kTable ||
                         (staging == AttnKeyStaging::kAuto && sparse_attention_tc_copies_table(nkeys, rows)));
+    const bool wgmma =
+        table && splits == 1 && sparse_attention_wgmma_applies(rows, heads, d, batch_invariant, true, q, out);
+    DI_ICHECK(!rope || wgmma, "sparse_attention_tc: only the wgmma form norms and rotates the queries");
     uint16_t* tab = nullptr;
     if (table) {
         DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tab), nkeys * dp * 2, stream));
         launch_to_bf16(tab, dp, keys, d, nkeys, d, stream);
-        if (splits == 1 && sparse_attention_wgmma_applies(rows, heads, d, batch_invariant, true, q, out)) {
-            launch_sparse_attention_wgmma(out, q, tab, offsets, indices, sinks, rows, heads, scale, stream);
+        if (wgmma) {
+            launch_sparse_attention_wgmma(out, q, tab, offsets, indices, sinks, rows, heads, scale, stream, rope);
             DI_CUDA_CHECK(cudaFreeAsync(tab, stream));
             return;
         }

@@ -35,7 +35,17 @@
 // item before's last S): 236 TFLOP/s at 16,384 rows of ~607 keys (5.52 ms; the mma.sync kernel 9.38), ~7,700 clocks
 // a pair on average against the ~3,000 counted above; the two prefill shapes fit ~18 us a CTA an item besides ~2.6
 // us (~4,600 clocks) a pair. ncu (2,048 rows): 3 warps a scheduler issuing 0.38 a cycle, SM busy 36%, the top stall
-// the producer's global loads.
+// the producer's global loads. With the consumers loading the queries (run 35): 4.36 ms at 16,384 rows (299
+// TFLOP/s), 424 us at 2,048.
+//
+// Backend::rotary_attention_rows (V4's model call) also hands over the queries' per-head RMSNorm and RoPE and the
+// output's inverse RoPE (AttnRope): the consumers norm each head as they load it (a warp a head, lane l holding
+// float4s l + 32 u, which is rms_norm_warp_kernel's order of sums) and rotate its last dims by a [row, pair]
+// (cos, sin) table that launch_rope_table writes first (rope_kernel's values); the epilogue rotates warpgroup 1's
+// last columns back from that row's copy in shared memory. The output is bitwise the norm, RoPE, attention and
+// inverse RoPE run apart (the CUDA op test checks), with q's 2 GB at V4-Flash's 16,384 rows read once instead of
+// three times and never written: attention_bench 4.72 ms against 5.83 for the four kernels (run 38). ptxas spills 20
+// bytes of the consumer with both rotations in (none with either alone).
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -46,7 +56,9 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma.cuh"
+#include "backend/cuda/norm_rows.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/rope.cuh"
 #include "backend/cuda/wgmma_common.cuh"
 #include "backend/cuda/wgmma_ss.cuh"
 
@@ -66,7 +78,9 @@ constexpr int kThreads = kConsumerThreads + kProducerThreads;
 constexpr int kConsumerWarps = kConsumerThreads / 32;
 // setmaxnreg moves registers between the warpgroups of the launch allocation (168 a thread at 384 threads).
 constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8, kProducerRegs = 88, kConsumerRegs = 208;
-constexpr int kQBatch = 16;  // heads of the queries a consumer thread loads at once (64 registers; o stays live)
+constexpr int kQHeads = 2;          // heads of the queries a consumer warp loads at once (32 registers; o stays live)
+constexpr int kQVec = kD / 4 / 32;  // float4s of a head a lane holds
+constexpr int kMaxRopePairs = 64;   // rotary dims within a lane's last float4s (kD - 128 .. kD)
 static_assert(2 * kConsumerRegs + kProducerRegs <= 3 * kLaunchRegs, "register file");
 
 // Shared memory, from a 1024-byte aligned base: every operand is [64-column block][row][128 bytes] under the
@@ -77,7 +91,8 @@ constexpr uint32_t kQBytes = kD / 64 * kQBlock;     // 64 KB
 constexpr uint32_t kTileBytes = kD / 64 * kKBlock;  // 32 KB
 constexpr uint32_t kPBytes = kHeads * 128;          // P of one tile: [head][128 bytes], keys in the first 64
 constexpr uint32_t kOffTiles = kQBytes, kOffP = kOffTiles + kSlots * kTileBytes, kOffRed = kOffP + 2 * kPBytes;
-constexpr uint32_t kRedFloats = 2 * kHeads + 2 * 2 * kHeads;  // row maxima [2][64], denominators [2 rounds][2][64]
+// Row maxima [2][64], denominators [2 rounds][2][64], the output's rotation [2 rounds][pair] (cos, sin).
+constexpr uint32_t kRedFloats = 2 * kHeads + 2 * 2 * kHeads + 2 * 2 * kMaxRopePairs;
 constexpr uint32_t kOffBars = kOffRed + kRedFloats * 4;
 constexpr int kBars = 2 * kSlots;  // full[kSlots], empty[kSlots]
 constexpr int kSmemBytes = 1024 + kOffBars + kBars * 8;
@@ -96,6 +111,12 @@ struct WgAttnParams {
     const float* sinks;          // [H] per-head sink logits
     int rows, heads, groups;     // groups = heads / 64: items are (row, group), row-major
     float scale;
+    // With rotation: each query head RMS-normed (eps) and its dims rope_col0 .. 512 rotated as it is loaded, and
+    // the output rotated back as it is written (Backend::rotary_attention_rows). The signs are runtime values as
+    // in rope_kernel, so that the rotation compiles to the same contractions and the results match bitwise.
+    const float2* rotation;  // [T, rope_pairs] (cos, sin) of each row's pairs (launch_rope_table), or null
+    int rope_col0, rope_pairs;
+    float eps, q_sign, out_sign;
 };
 
 __device__ __forceinline__ uint32_t sw128(int row, int piece) {
@@ -164,6 +185,7 @@ __device__ __forceinline__ void produce(const WgAttnParams& p, uint32_t tiles, u
 // The two consumer warpgroups.
 __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint32_t tiles, uint32_t ps, float* red,
                                         uint32_t bars) {
+    static_assert(kQVec == 4 && kHeads % (kConsumerWarps * kQHeads) == 0, "the query load's shape");
     const int w = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const bool leader = lane == 0;
     auto full = [&](uint32_t tile) { return bars + 8 * (tile % kSlots); };
@@ -172,6 +194,7 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
     auto tile_at = [&](uint32_t tile) { return tiles + (tile % kSlots) * kTileBytes; };
     float* red_max = red;               // [2][64]: each warpgroup's tile maxima
     float* red_sum = red + 2 * kHeads;  // [round % 2][2][64]: each warpgroup's denominators
+    float2* rope_tab = reinterpret_cast<float2*>(red + 6 * kHeads);  // [round % 2][pair]: the output's rotation
     const int head0 = warp * 16 + g;    // this thread's rows: heads head0 and head0 + 8 of the item
 
     float o[128];  // O [64, 256 w .. + 256]: d[4 j + v] = head head0 + 8 (v >> 1), column 256 w + 8 j + 2 c + (v & 1)
@@ -183,23 +206,51 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
         const int ntiles = (len + kTileKeys - 1) / kTileKeys, npairs = (ntiles + 1) / 2;
         // o is not zeroed here (ptxas would serialize the wgmmas): the item's first PV overwrites it.
         float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-        // The item's queries, converted to bf16 by both warpgroups: 16 16-byte loads in flight a thread, 64 KB a
-        // round trip (the producer's one warpgroup needed four). The item before's last S is complete in both
-        // warpgroups: each waited for its own before that pair's first named barrier.
+        // This row's [pair] (cos, sin) of the rotation. The output's is copied to shared memory (whence the epilogue
+        // loads it as it goes, keeping its registers), read after this item's query barrier and overwritten two
+        // items on, past the next one's.
+        const float2* rot = p.rotation + static_cast<int64_t>(row) * p.rope_pairs;
+        if (p.rotation && threadIdx.x < p.rope_pairs)
+            rope_tab[(round & 1) * kMaxRopePairs + threadIdx.x] = __ldg(rot + threadIdx.x);
+        // The item's queries, converted to bf16 by both warpgroups, kQHeads heads a warp at once (16 16-byte loads
+        // in flight a thread, 64 KB a round trip; the producer's one warpgroup needed four), lane l holding float4s
+        // l + 32 u of a head as rms_norm_warp_kernel does, so that their norm sums in its order. The item before's
+        // last S is complete in both warpgroups: each waited for its own before that pair's first named barrier.
         if (npairs > 0) {
-            const int ct = threadIdx.x % kConsumerThreads, col = 4 * (ct % 128), half = ct / 128;
-            const float* qrow = p.q + (static_cast<int64_t>(row) * p.heads + h0) * kD + col;
-            const uint32_t q_at = qs + (col / 64) * kQBlock + (col % 8) * 2;
+            const int cw = threadIdx.x / 32;  // consumer warp: heads hb + cw + 8 k
+            // The rotation of this lane's last float4 of each head (columns 4 (96 + lane) ..: pairs 2 rope_vec, + 1).
+            const int rope_vec = (kQVec - 1) * 32 + lane - p.rope_col0 / 4;  // >= 0: a float4 of rotated pairs
+            const float* qitem = p.q + (static_cast<int64_t>(row) * p.heads + h0) * kD + 4 * lane;
 #pragma unroll 1
-            for (int hb = 0; hb < kHeads; hb += 2 * kQBatch) {  // heads hb + 2 u + half
-                float4 v[kQBatch];
+            for (int hb = 0; hb < kHeads; hb += kConsumerWarps * kQHeads) {
+                float4 v[kQHeads][kQVec];
 #pragma unroll
-                for (int u = 0; u < kQBatch; ++u)
-                    v[u] = __ldg(reinterpret_cast<const float4*>(qrow + (hb + 2 * u + half) * kD));
+                for (int k = 0; k < kQHeads; ++k)
 #pragma unroll
-                for (int u = 0; u < kQBatch; ++u)
-                    st_shared_v2(q_at + sw128(hb + 2 * u + half, (col % 64) / 8), mma::pack_bf16(v[u].x, v[u].y),
-                                 mma::pack_bf16(v[u].z, v[u].w));
+                    for (int u = 0; u < kQVec; ++u)
+                        v[k][u] = __ldg(reinterpret_cast<const float4*>(qitem + (hb + cw + 8 * k) * kD + 128 * u));
+#pragma unroll
+                for (int k = 0; k < kQHeads; ++k) {
+                    const int h = hb + cw + 8 * k;
+                    if (p.rotation) {  // rms_norm_warp_kernel's arithmetic, then rope_kernel's
+                        float ss = sum_squares(v[k]);
+                        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+                        const float inv = 1.0f / sqrtf(ss / static_cast<float>(kD) + p.eps);
+#pragma unroll
+                        for (int u = 0; u < kQVec; ++u) v[k][u] = normed4(v[k][u], inv, nullptr, 0);
+                        if (rope_vec >= 0) {
+                            const float4 cs = __ldg(reinterpret_cast<const float4*>(rot + 2 * rope_vec));
+                            rotate_by(v[k][kQVec - 1].x, v[k][kQVec - 1].y, cs.x, cs.y * p.q_sign);
+                            rotate_by(v[k][kQVec - 1].z, v[k][kQVec - 1].w, cs.z, cs.w * p.q_sign);
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < kQVec; ++u) {
+                        const int i = lane + 32 * u;  // float4 i: columns 4 i .. 4 i + 3
+                        st_shared_v2(qs + (i / 16) * kQBlock + sw128(h, (i % 16) / 2) + (i % 2) * 8,
+                                     mma::pack_bf16(v[k][u].x, v[k][u].y), mma::pack_bf16(v[k][u].z, v[k][u].w));
+                    }
+                }
             }
             fence_proxy_async();  // generic-proxy stores read by the wgmmas
         }
@@ -351,14 +402,32 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
             wgt[hr] = __fdiv_rn(expf(m - mx), total);
         }
         float* orow = p.out + (static_cast<int64_t>(row) * p.heads + h0) * kD + 256 * w + 2 * c;
+        // Column pair 256 w + 8 j + 2 c of both rows, rotated back when it is a rotary pair: those are in
+        // warpgroup 1's last 128 columns (rope_col0 >= 384), so only there does the loop carry the rotation.
+        const float2* tab = rope_tab + (round & 1) * kMaxRopePairs;
+        auto put = [&](int j, bool rotary) {
 #pragma unroll
-        for (int j = 0; j < 32; ++j)
+            for (int hr = 0; hr < 2; ++hr) {
+                // Only the sink: no O (o holds the item before's).
+                float a = npairs == 0 ? 0.0f : __fmul_rn(wgt[hr], o[4 * j + 2 * hr]);
+                float b = npairs == 0 ? 0.0f : __fmul_rn(wgt[hr], o[4 * j + 2 * hr + 1]);
+                const int col = 256 * w + 8 * j + 2 * c;
+                if (rotary && col >= p.rope_col0) {
+                    const float2 cs = tab[(col - p.rope_col0) / 2];
+                    rotate_by(a, b, cs.x, cs.y * p.out_sign);
+                }
+                *reinterpret_cast<float2*>(orow + (head0 + 8 * hr) * kD + 8 * j) = make_float2(a, b);
+            }
+        };
 #pragma unroll
-            for (int hr = 0; hr < 2; ++hr)
-                *reinterpret_cast<float2*>(orow + (head0 + 8 * hr) * kD + 8 * j) =
-                    npairs == 0
-                        ? make_float2(0.0f, 0.0f)  // only the sink: no O (o holds the item before's)
-                        : make_float2(__fmul_rn(wgt[hr], o[4 * j + 2 * hr]), __fmul_rn(wgt[hr], o[4 * j + 2 * hr + 1]));
+        for (int j = 0; j < 16; ++j) put(j, false);
+        if (p.rotation && w == 1) {
+#pragma unroll
+            for (int j = 16; j < 32; ++j) put(j, true);
+        } else {
+#pragma unroll
+            for (int j = 16; j < 32; ++j) put(j, false);
+        }
     }
 }
 
@@ -401,12 +470,25 @@ bool sparse_attention_wgmma_applies(int64_t rows, int64_t heads, int64_t d, bool
            device_compute_capability() == 90 && wgmma_attention_enabled();
 }
 
+bool sparse_attention_wgmma_takes_rope(int rope_dim) {
+    return rope_dim > 0 && rope_dim % 4 == 0 && rope_dim <= 2 * kMaxRopePairs;
+}
+
 void launch_sparse_attention_wgmma(float* out, const float* q, const uint16_t* table, const int32_t* offsets,
                                    const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, float scale,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, const AttnRope* rope) {
     const int64_t items = rows * (heads / kHeads);
     if (items == 0) return;
     DI_ICHECK(items <= kMaxItems, "sparse_attention_wgmma: too many rows");
+    DI_ICHECK(!rope || sparse_attention_wgmma_takes_rope(rope->rope_dim), "sparse_attention_wgmma: rope_dim ",
+              rope ? rope->rope_dim : 0);
+    float2* rotation = nullptr;  // [rows, rope_dim / 2]: each row's (cos, sin), as rope_kernel computes them
+    if (rope) {
+        DI_CUDA_CHECK(
+            cudaMallocAsync(reinterpret_cast<void**>(&rotation), rows * rope->rope_dim / 2 * sizeof(float2), stream));
+        launch_rope_table(rotation, rope->positions, rope->inv_freq, rows, rope->rope_dim / 2, rope->attention_factor,
+                          stream);
+    }
     static std::atomic<uint64_t> configured{0};
     allow_smem(sparse_attention_wgmma_kernel, kSmemBytes, configured);
     const WgAttnParams p{out,
@@ -418,9 +500,16 @@ void launch_sparse_attention_wgmma(float* out, const float* q, const uint16_t* t
                          static_cast<int>(rows),
                          static_cast<int>(heads),
                          static_cast<int>(heads / kHeads),
-                         scale};
+                         scale,
+                         rotation,
+                         rope ? kD - rope->rope_dim : kD,
+                         rope ? rope->rope_dim / 2 : 0,
+                         rope ? rope->eps : 0.0f,
+                         1.0f,
+                         -1.0f};
     const int grid = static_cast<int>(std::min<int64_t>(items, device_sm_count()));
     launch_pdl(sparse_attention_wgmma_kernel, dim3(grid), dim3(kThreads), kSmemBytes, stream, p);
+    if (rotation) DI_CUDA_CHECK(cudaFreeAsync(rotation, stream));
 }
 
 }  // namespace deepinfer::cuda

@@ -191,6 +191,14 @@ void launch_sparse_attention(float* out, const float* q, const float* keys, cons
 // results are the same): gathered from the fp32 table, or by cp.async from a bf16 copy made once per call;
 // kAuto picks the copy when the table is small against the rows (prefill).
 enum class AttnKeyStaging { kAuto, kGather, kTable };
+// The queries' per-head RMSNorm and RoPE and the output's inverse RoPE, applied inside the attention
+// (Backend::rotary_attention_rows): only the wgmma form takes them (sparse_attention_wgmma_takes_rope).
+struct AttnRope {
+    const int32_t* positions;  // [rows]
+    const float* inv_freq;     // [rope_dim / 2]
+    int rope_dim;
+    float attention_factor, eps;
+};
 bool sparse_attention_tc_applies(int64_t d);
 // Whether kAuto stages from the bf16 copy for a table of nkeys rows and `rows` query rows.
 bool sparse_attention_tc_copies_table(int64_t nkeys, int64_t rows);
@@ -199,15 +207,22 @@ bool sparse_attention_tc_copies_table(int64_t nkeys, int64_t rows);
 void launch_sparse_attention_tc(float* out, const float* q, const float* keys, int64_t nkeys, const int32_t* offsets,
                                 const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
                                 float scale, bool batch_invariant, cudaStream_t stream,
-                                AttnKeyStaging staging = AttnKeyStaging::kAuto, const float* const* key_rows = nullptr);
+                                AttnKeyStaging staging = AttnKeyStaging::kAuto, const float* const* key_rows = nullptr,
+                                const AttnRope* rope = nullptr);
+// table [rows, half] = (cos, sin) of RoPE pair i at positions[r], scaled by attention_factor: what rope_kernel
+// computes for each pair, for kernels that rotate as they load (the wgmma attention).
+void launch_rope_table(float2* table, const int32_t* positions, const float* inv_freq, int64_t rows, int half,
+                       float attention_factor, cudaStream_t stream);
 // The prefill form of the tensor-core attention on wgmma (attention_wgmma.cu, Hopper): 64-head groups of head dim
 // 512 from the bf16 table copy, without splits; not in batch-invariant mode (its sums run in another order than the
 // mma.sync kernel's, which serves the decode rows). DEEPINFER_CUDA_ATTN_WGMMA=0 keeps the mma.sync kernel.
 bool sparse_attention_wgmma_applies(int64_t rows, int64_t heads, int64_t d, bool batch_invariant, bool table,
                                     const float* q, const float* out);
+// Whether it also norms and rotates the queries and rotates the output back (rope dims within a head's last 128).
+bool sparse_attention_wgmma_takes_rope(int rope_dim);
 void launch_sparse_attention_wgmma(float* out, const float* q, const uint16_t* table, const int32_t* offsets,
                                    const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, float scale,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, const AttnRope* rope = nullptr);
 // With key_begin / key_count ([rows] I32): row t scores keys key_begin[t] .. + key_count[t] into its first
 // key_count[t] columns; entries is then the row stride of scores (Backend::indexer_scores_rows).
 void launch_indexer_scores(float* scores, const float* q, const float* keys, const float* weights, int64_t rows,

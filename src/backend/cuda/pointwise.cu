@@ -3,20 +3,11 @@
 #include "backend/cuda/norm_rows.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/quant_math.cuh"
+#include "backend/cuda/rope.cuh"
 
 namespace deepinfer::cuda {
 
 namespace {
-
-// RoPE of one interleaved pair (a, b) at `position` with inverse frequency f: rotated by position * f (by its
-// negative for sign -1), cos and sin scaled by af.
-__device__ __forceinline__ void rotate_pair(float& a, float& b, int32_t position, float f, float af, float sign) {
-    const float angle = static_cast<float>(position) * f;
-    const float c = cosf(angle) * af, s = sinf(angle) * af * sign;
-    const float x = a, y = b;
-    a = x * c - y * s;
-    b = y * c + x * s;
-}
 
 // Rows of up to 4096 aligned floats (the model's): each thread keeps its 16 values in registers, loaded as four
 // float4s at once, so the row is read once with every load in flight (the loop below reads it twice, one
@@ -95,6 +86,16 @@ __global__ void rope_kernel(float* __restrict__ x, const int32_t* __restrict__ p
     rotate_pair(a, b, positions[r], inv_freq[pair], af, sign);
     v[0] = a;
     v[1] = b;
+}
+
+__global__ void rope_table_kernel(float2* __restrict__ table, const int32_t* __restrict__ positions,
+                                  const float* __restrict__ inv_freq, int64_t rows, int half, float af) {
+    pdl_prologue();  // see pdl.cuh
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= rows * half) return;
+    float2 cs;
+    rope_cos_sin(positions[i / half], inv_freq[i % half], af, cs.x, cs.y);
+    table[i] = cs;
 }
 
 // RMSNorm then RoPE of rows of up to 4096 aligned floats (a head of x [rows / heads, heads, cols]), a block per row,
@@ -242,6 +243,14 @@ void launch_rms_norm_rope(float* x, const float* weight, float eps, const int32_
     launch_pdl(rms_norm_rope_kernel, static_cast<unsigned>(rows * heads), kNormThreads, 0, stream, x, weight, head_dim,
                eps, positions, inv_freq, heads, rope_dim / 2, attention_factor);
     DI_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rope_table(float2* table, const int32_t* positions, const float* inv_freq, int64_t rows, int half,
+                       float attention_factor, cudaStream_t stream) {
+    const int64_t n = rows * half;
+    if (n == 0) return;
+    launch_pdl(rope_table_kernel, blocks_for(n, 256), 256, 0, stream, table, positions, inv_freq, rows, half,
+               attention_factor);
 }
 
 void launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t rows, int64_t heads,

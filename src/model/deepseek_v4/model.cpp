@@ -392,8 +392,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // Queries: from the normed latent, per-head unweighted RMS, RoPE on the last dims.
     std::vector<Backend::Projection> from_cq = {{q.view().reshape(Shape{T, H * d}), &L.wq_b}};
     if (L.has_indexer) from_cq.push_back({iq.view().reshape(Shape{T, hi * di}), &L.indexer.wq_b});
-    act_quant_.linears(be, cq, from_cq);
-    be.rms_norm_rope(q, nullptr, c.rms_eps, pos, inv_freq, rope.dim, af);
+    act_quant_.linears(be, cq, from_cq);  // q is normed and rotated with the attention (rotary_attention_rows)
     if (L.has_indexer) {
         be.rope(iq, pos, compress_inv_freq_.f32(), c.compress_rope.dim,
                 static_cast<float>(c.compress_rope.attention_factor), false);
@@ -538,12 +537,14 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         }
     }
     Tensor o = alloc(Shape{T, H, d});
-    be.sparse_attention_rows(o, q, key_rows, arrays.view(offsets_h).as<int32_t>(), key_list.as<int32_t>(),
-                             L.attn_sink.f32(), 1.0f / std::sqrt(static_cast<float>(d)));
+    // The queries' per-head RMSNorm and RoPE, the attention, and the output rotated back (V = K carried the
+    // rotation into it).
+    be.rotary_attention_rows(o, q, key_rows, arrays.view(offsets_h).as<int32_t>(), key_list.as<int32_t>(),
+                             L.attn_sink.f32(), 1.0f / std::sqrt(static_cast<float>(d)),
+                             {pos, inv_freq, rope.dim, af, c.rms_eps});
     copy_kept_rows(window_rows, kv.view().reshape(Shape{T, d}), arrays);
 
-    // Undo the rotation that V (= K) carried into the output, then the grouped low-rank projection.
-    be.rope(o, pos, inv_freq, rope.dim, af, true);
+    // The grouped low-rank projection.
     Tensor z = alloc(Shape{T, static_cast<int64_t>(c.o_groups) * c.o_lora_rank});
     const TensorView o_rows = o.view().reshape(Shape{T, H * d});
     act_quant_.grouped_linear(be, z, o_rows, L.wo_a, c.o_groups);
