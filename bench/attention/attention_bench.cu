@@ -12,7 +12,7 @@
 //    wgmma kernel (attention_wgmma.cu) and "tc mma.sync" the mma.sync one it replaces there, and a line compares
 //    the two outputs; "rotary" is the model's call there (the queries normed and rotated and the output
 //    rotated back inside the wgmma kernel) against the norm, RoPE, attention and inverse RoPE as four kernels
-//    (the reference column; no difference computed: the CUDA op test checks it is bitwise); "T=16384 prefill"
+//    (the reference column; the difference of the two outputs, 0 when bitwise); "T=16384 prefill"
 //    is one CSA layer of an 8 x 2048 prefill as one sequence;
 //  - indexer_scores fp32: the SIMT kernel of DEEPINFER_CUDA_GEMM=tiled, against a naive one (below); "indexer_scores
 //    tc": the tensor-core kernel the bf16 modes run, against the fp32 kernel (the difference is the bf16 rounding
@@ -249,6 +249,8 @@ void bench_attention(int rows, bool prefill, const Options& o) {
     }
     if (table) {  // the wgmma kernel (kAuto) against the mma.sync one on the same bf16 inputs
         float* out_mma = nullptr;
+        int32_t* pos_d = nullptr;
+        float* freq_d = nullptr;
         CHECK(cudaMalloc(&out_mma, qn * 4));
         setenv("DEEPINFER_CUDA_ATTN_WGMMA", "0", 1);
         tc_call(AttnKeyStaging::kTable)();
@@ -258,31 +260,38 @@ void bench_attention(int rows, bool prefill, const Options& o) {
         CHECK(cudaDeviceSynchronize());
         std::printf("%-24s %-28s wgmma against mma.sync: max rel diff %.2e\n", "sparse_attention tc", shape,
                     max_rel_diff(out_tc, out_mma, qn));
-        // The model's call (Backend::rotary_attention_rows): the queries' per-head RMSNorm and RoPE and the
-        // output's inverse RoPE inside the wgmma kernel, against the three ops around it (the queries normed in
-        // place each call: RMSNorm and RoPE leave their scale, so the timing holds).
+        // The model's call (Backend::rotary_attention_rows), where the wgmma kernel takes it: the queries' per-head
+        // RMSNorm and RoPE and the output's inverse RoPE inside the kernel, against the three ops around it (the
+        // queries normed in place each call: RMSNorm and RoPE leave their scale, so the timing holds), and the
+        // two outputs from the same queries compared.
         std::vector<int32_t> positions(static_cast<size_t>(rows));
         for (int t = 0; t < rows; ++t) positions[t] = t;
         std::vector<float> inv_freq(kRopeDim / 2);
         for (int i = 0; i < kRopeDim / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / kRopeDim);
-        int32_t* pos_d = to_device(positions);
-        float* freq_d = to_device(inv_freq);
-        const AttnRope rope{pos_d, freq_d, kRopeDim, 1.0f, 1e-6f};
-        const double apart_us = time_us(
-            [&] {
+        pos_d = to_device(positions);
+        freq_d = to_device(inv_freq);
+        if (sparse_attention_wgmma_applies(rows, kHeads, kHeadDim, false, true, q, out_tc) &&
+            sparse_attention_wgmma_takes_rope(kRopeDim)) {
+            const AttnRope rope{pos_d, freq_d, kRopeDim, 1.0f, 1e-6f};
+            auto fused = [&] {
+                launch_sparse_attention_tc(out_tc, q, keys, nkeys, off_d, idx_d, sinks, rows, kHeads, kHeadDim, scale,
+                                           false, nullptr, AttnKeyStaging::kTable, nullptr, &rope);
+            };
+            auto apart = [&] {
                 launch_rms_norm(q, q, nullptr, static_cast<int64_t>(rows) * kHeads, kHeadDim, 1e-6f, false, nullptr);
                 launch_rope(q, pos_d, freq_d, rows, kHeads, kHeadDim, kRopeDim, 1.0f, false, nullptr);
                 tc_call(AttnKeyStaging::kTable)();
                 launch_rope(out_tc, pos_d, freq_d, rows, kHeads, kHeadDim, kRopeDim, 1.0f, true, nullptr);
-            },
-            o.iters);
-        const double fused_us = time_us(
-            [&] {
-                launch_sparse_attention_tc(out_tc, q, keys, nkeys, off_d, idx_d, sinks, rows, kHeads, kHeadDim, scale,
-                                           false, nullptr, AttnKeyStaging::kTable, nullptr, &rope);
-            },
-            o.iters);
-        report_vs("sparse_attention rotary", shape, fused_us, bytes, flops, apart_us, 0.0);
+            };
+            CHECK(cudaMemcpy(out_mma, q, qn * 4, cudaMemcpyDeviceToDevice));  // the queries as drawn
+            fused();
+            CHECK(cudaMemcpy(out, out_tc, qn * 4, cudaMemcpyDeviceToDevice));
+            apart();
+            const double diff = max_rel_diff(out, out_tc, qn);
+            CHECK(cudaMemcpy(q, out_mma, qn * 4, cudaMemcpyDeviceToDevice));
+            const double apart_us = time_us(apart, o.iters), fused_us = time_us(fused, o.iters);
+            report_vs("sparse_attention rotary", shape, fused_us, bytes, flops, apart_us, diff);
+        }
         CHECK(cudaFree(out_mma));
         CHECK(cudaFree(pos_d));
         CHECK(cudaFree(freq_d));

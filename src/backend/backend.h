@@ -174,6 +174,13 @@ public:
         float attention_factor;
         float eps;  // the queries' RMSNorm
     };
+    // Whether rotary_attention_rows norms and rotates queries of this shape inside the attention. Where it does not,
+    // it runs rms_norm_rope first, and a caller may as well run the three ops itself, the norm earlier (V4's model:
+    // on the side queue, beside the key row and the compressors).
+    virtual bool attention_applies_rope(int64_t rows, int64_t heads, int64_t head_dim, int rope_dim) const {
+        (void)rows, (void)heads, (void)head_dim, (void)rope_dim;
+        return false;
+    }
     virtual void rotary_attention_rows(TensorView out, TensorView q, TensorView key_rows, const int32_t* offsets,
                                        const int32_t* indices, const float* sinks, float scale,
                                        const AttentionRope& rope) {

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -33,6 +34,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemv_wgmma.h"
 #include "core/dtype.h"
 #include "cuda_test_support.h"
 #include "support/npy_compare.h"
@@ -507,7 +509,8 @@ TEST_P(CudaAttention, SparseAttentionByAddressMatchesTheTable) {
 // apart on the same backend (Backend's default), bitwise: the wgmma kernel, which applies them as it loads the
 // queries and writes the output, at prefill sizes with 64 and 128 heads and rotary widths 64 and 128 (positions up
 // to 10^6, where sinf and cosf take their slow path), lists of 0 to 640 keys; and the calls it does not take (8
-// rows; a rotary width of 192) as the default. Against the CPU op under the bounds of the kernel under test.
+// rows; a rotary width of 192) as the default; attention_applies_rope says which, and the fused calls leave q as it
+// was. Against the CPU op under the bounds of the kernel under test.
 TEST_P(CudaAttention, RotaryAttentionMatchesItsThreeOps) {
     struct Case {
         int64_t rows, heads;
@@ -545,8 +548,15 @@ TEST_P(CudaAttention, RotaryAttentionMatchesItsThreeOps) {
             rows_host.view().as<int64_t>()[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(kd.f32() + i * d));
         Tensor rows_d = on_gpu(rows_host);
         const Backend::AttentionRope rope{pos_d.as<int32_t>(), fd.f32(), cs.rope_dim, af, eps};
+        // The wgmma kernel takes the prefill cases of rotary width up to 128 on a compute capability 9.0 device in
+        // the default mode (unless DEEPINFER_CUDA_ATTN_WGMMA=0); it leaves q as it was.
+        const char* wgmma_env = std::getenv("DEEPINFER_CUDA_ATTN_WGMMA");
+        const bool fuses = tensor_cores() && cuda::gemv_wgmma_device() && cs.rows >= 300 && cs.rope_dim <= 128 &&
+                           !(wgmma_env && std::strcmp(wgmma_env, "0") == 0);
+        EXPECT_EQ(gpu_->attention_applies_rope(cs.rows, cs.heads, d, cs.rope_dim), fuses) << what;
         Tensor q1 = on_gpu(q), q2 = on_gpu(q), fused = nan_filled(q.shape()), apart = nan_filled(q.shape());
         gpu_->rotary_attention_rows(fused, q1, rows_d, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(), scale, rope);
+        if (fuses) EXPECT_EQ(download(q1), host_values(q)) << what << ": the queries were normed apart";
         gpu_->Backend::rotary_attention_rows(apart, q2, rows_d, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(),
                                              scale, rope);
         const std::vector<float> got = download(fused), want = download(apart);

@@ -5,7 +5,7 @@
 // sums run in another order), so batch-invariant mode, whose decode rows take the mma.sync kernel, stays there.
 //
 // A query row is two GEMMs with the heads as M: S [64, keys] = Q K^T and O [64, 512] += P V, V = K. A persistent
-// CTA (one an SM: 210 KB of shared memory) takes (row, 64-head group) items in turn with three warpgroups:
+// CTA (one an SM: 212 KB of shared memory) takes (row, 64-head group) items in turn with three warpgroups:
 //  - the producer copies key tiles of 32 keys (32 KB of bf16) by cp.async through the index list into a ring of 4,
 //    running ahead into the next items;
 //  - two consumer warpgroups convert each item's queries (64 x 512 fp32, 128 KB, prefetched into L2 during the
@@ -112,8 +112,7 @@ struct WgAttnParams {
     int rows, heads, groups;     // groups = heads / 64: items are (row, group), row-major
     float scale;
     // With rotation: each query head RMS-normed (eps) and its dims rope_col0 .. 512 rotated as it is loaded, and
-    // the output rotated back as it is written (Backend::rotary_attention_rows). The signs are runtime values as
-    // in rope_kernel, so that the rotation compiles to the same contractions and the results match bitwise.
+    // the output rotated back as it is written (Backend::rotary_attention_rows); s times the sign, as rope_kernel's.
     const float2* rotation;  // [T, rope_pairs] (cos, sin) of each row's pairs (launch_rope_table), or null
     int rope_col0, rope_pairs;
     float eps, q_sign, out_sign;
@@ -234,7 +233,7 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
                     const int h = hb + cw + 8 * k;
                     if (p.rotation) {  // rms_norm_warp_kernel's arithmetic, then rope_kernel's
                         float ss = sum_squares(v[k]);
-                        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+                        for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
                         const float inv = 1.0f / sqrtf(ss / static_cast<float>(kD) + p.eps);
 #pragma unroll
                         for (int u = 0; u < kQVec; ++u) v[k][u] = normed4(v[k][u], inv, nullptr, 0);

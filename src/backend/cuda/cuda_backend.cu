@@ -617,10 +617,9 @@ public:
                                const AttentionRope& rope) override {
         const int64_t nkeys = key_rows.numel(), rows = q.dim(0), heads = q.dim(1), d = q.dim(2);
         DI_ICHECK(out.shape() == q.shape() && key_rows.dtype() == DType::kI64, "rotary_attention_rows shapes");
-        // The wgmma kernel takes every call it applies to without splits (it needs a row per SM).
-        if (tc_attention(d) && cuda::sparse_attention_tc_copies_table(nkeys, rows) &&
-            cuda::sparse_attention_wgmma_applies(rows, heads, d, batch_invariant_, true, q.f32(), out.f32()) &&
-            cuda::sparse_attention_wgmma_takes_rope(rope.rope_dim)) {
+        if (attention_applies_rope(rows, heads, d, rope.rope_dim) &&
+            cuda::sparse_attention_tc_copies_table(nkeys, rows) &&
+            cuda::sparse_attention_wgmma_applies(rows, heads, d, batch_invariant_, true, q.f32(), out.f32())) {
             Tensor keys = alloc(DType::kF32, Shape{nkeys, d});
             gather_rows(keys.view(), key_rows);
             const auto op = profiler_->scope("sparse_attention tensor cores");
@@ -631,6 +630,14 @@ public:
             return;
         }
         Backend::rotary_attention_rows(out, q, key_rows, offsets, indices, sinks, scale, rope);
+    }
+    // The wgmma kernel's shapes (it takes every call it applies to without splits: it needs a row per SM). The
+    // key table's size (prefill's is small against the rows) and the tensors' alignment are checked per call, so a
+    // decode batch of a row per SM or more answers true and then norms its queries in the call, just before the
+    // attention, instead of on the model's side queue.
+    bool attention_applies_rope(int64_t rows, int64_t heads, int64_t head_dim, int rope_dim) const override {
+        return tc_attention(head_dim) && cuda::sparse_attention_wgmma_takes_rope(rope_dim) &&
+               cuda::sparse_attention_wgmma_applies(rows, heads, head_dim, batch_invariant_, true, nullptr, nullptr);
     }
     void gated_pool(TensorView out, TensorView kv, TensorView gate) override {
         const auto op = profiler_->scope("gated_pool");

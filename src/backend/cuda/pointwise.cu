@@ -251,6 +251,7 @@ void launch_rope_table(float2* table, const int32_t* positions, const float* inv
     if (n == 0) return;
     launch_pdl(rope_table_kernel, blocks_for(n, 256), 256, 0, stream, table, positions, inv_freq, rows, half,
                attention_factor);
+    DI_CUDA_LAUNCH_CHECK();
 }
 
 void launch_rope(float* x, const int32_t* positions, const float* inv_freq, int64_t rows, int64_t heads,

@@ -385,14 +385,17 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // projection overlaps the K=V row, the compressors and the key lists below. `side` is declared after the
     // tensors its ops use, so it joins before they are freed.
     Tensor q = alloc(Shape{T, H, d});
+    // Where the backend's attention norms and rotates the queries itself (prefill on CUDA), q goes to it as projected.
+    const bool rope_in_attention = be.attention_applies_rope(T, H, d, rope.dim);
     if (L.has_indexer) iq = alloc(Shape{T, hi, di});
     SideQueue side(be);
     side.begin();
     be.rms_norm(cq, cq, L.q_norm.f32(), c.rms_eps);
-    // Queries: from the normed latent, per-head unweighted RMS, RoPE on the last dims.
+    // Queries: from the normed latent, per-head unweighted RMS, RoPE on the last dims (here, or in the attention).
     std::vector<Backend::Projection> from_cq = {{q.view().reshape(Shape{T, H * d}), &L.wq_b}};
     if (L.has_indexer) from_cq.push_back({iq.view().reshape(Shape{T, hi * di}), &L.indexer.wq_b});
-    act_quant_.linears(be, cq, from_cq);  // q is normed and rotated with the attention (rotary_attention_rows)
+    act_quant_.linears(be, cq, from_cq);
+    if (!rope_in_attention) be.rms_norm_rope(q, nullptr, c.rms_eps, pos, inv_freq, rope.dim, af);
     if (L.has_indexer) {
         be.rope(iq, pos, compress_inv_freq_.f32(), c.compress_rope.dim,
                 static_cast<float>(c.compress_rope.attention_factor), false);
@@ -537,11 +540,17 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
         }
     }
     Tensor o = alloc(Shape{T, H, d});
-    // The queries' per-head RMSNorm and RoPE, the attention, and the output rotated back (V = K carried the
-    // rotation into it).
-    be.rotary_attention_rows(o, q, key_rows, arrays.view(offsets_h).as<int32_t>(), key_list.as<int32_t>(),
-                             L.attn_sink.f32(), 1.0f / std::sqrt(static_cast<float>(d)),
-                             {pos, inv_freq, rope.dim, af, c.rms_eps});
+    // The attention, and the output rotated back (V = K carried the rotation into it); the queries' norm and
+    // rotation too where the backend applies them inside.
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    if (rope_in_attention) {
+        be.rotary_attention_rows(o, q, key_rows, arrays.view(offsets_h).as<int32_t>(), key_list.as<int32_t>(),
+                                 L.attn_sink.f32(), scale, {pos, inv_freq, rope.dim, af, c.rms_eps});
+    } else {
+        be.sparse_attention_rows(o, q, key_rows, arrays.view(offsets_h).as<int32_t>(), key_list.as<int32_t>(),
+                                 L.attn_sink.f32(), scale);
+        be.rope(o, pos, inv_freq, rope.dim, af, true);
+    }
     copy_kept_rows(window_rows, kv.view().reshape(Shape{T, d}), arrays);
 
     // The grouped low-rank projection.
