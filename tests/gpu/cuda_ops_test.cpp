@@ -405,8 +405,17 @@ TEST_F(CudaOps, MoeCombine) {
         Tensor ref = Tensor::f32(Shape{s.t, s.d});
         cpu_->moe_combine(ref, routed, weights, shared);
         Tensor out = poisoned(Shape{s.t, s.d});
-        gpu_->moe_combine(out, device(routed), device(weights), device(shared));
-        EXPECT_LE(rel_error(fetch(out), values(ref)), 1e-6) << s.t << " x " << s.k << " x " << s.d;
+        const Tensor routed_d = device(routed), weights_d = device(weights), shared_d = device(shared);
+        gpu_->moe_combine(out, routed_d, weights_d, shared_d);
+        const std::vector<float> got = fetch(out);
+        EXPECT_LE(rel_error(got, values(ref)), 1e-6) << s.t << " x " << s.k << " x " << s.d;
+        // The same inputs a float off 16-byte alignment take the one-column kernel: bitwise the same sums.
+        Tensor buffer = gpu_->alloc(DType::kF32, Shape{routed.numel() + 1});
+        const TensorView routed_off(static_cast<float*>(buffer.view().data()) + 1, DType::kF32, routed.shape());
+        gpu_->upload(routed_off, routed.f32());
+        Tensor out_off = poisoned(Shape{s.t, s.d});
+        gpu_->moe_combine(out_off, routed_off, weights_d, shared_d);
+        EXPECT_EQ(fetch(out_off), got) << s.t << " x " << s.k << " x " << s.d << ", misaligned";
     }
 }
 

@@ -622,7 +622,7 @@ public:
             cuda::sparse_attention_wgmma_applies(rows, heads, d, batch_invariant_, true, q.f32(), out.f32())) {
             Tensor keys = alloc(DType::kF32, Shape{nkeys, d});
             gather_rows(keys.view(), key_rows);
-            const auto op = profiler_->scope("sparse_attention tensor cores");
+            const auto op = profiler_->scope("sparse_attention rotary");  // the norm and both rotations included
             const cuda::AttnRope r{rope.positions, rope.inv_freq, rope.rope_dim, rope.attention_factor, rope.eps};
             cuda::launch_sparse_attention_tc(out.f32(), q.f32(), keys.f32(), nkeys, offsets, indices, sinks, rows,
                                              heads, d, scale, batch_invariant_, stream_, cuda::AttnKeyStaging::kTable,
