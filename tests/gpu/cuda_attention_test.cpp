@@ -556,7 +556,9 @@ TEST_P(CudaAttention, RotaryAttentionMatchesItsThreeOps) {
         EXPECT_EQ(gpu_->attention_applies_rope(cs.rows, cs.heads, d, cs.rope_dim), fuses) << what;
         Tensor q1 = on_gpu(q), q2 = on_gpu(q), fused = nan_filled(q.shape()), apart = nan_filled(q.shape());
         gpu_->rotary_attention_rows(fused, q1, rows_d, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(), scale, rope);
-        if (fuses) EXPECT_EQ(download(q1), host_values(q)) << what << ": the queries were normed apart";
+        if (fuses) {
+            EXPECT_EQ(download(q1), host_values(q)) << what << ": the queries were normed apart";
+        }
         gpu_->Backend::rotary_attention_rows(apart, q2, rows_d, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(),
                                              scale, rope);
         const std::vector<float> got = download(fused), want = download(apart);
