@@ -79,6 +79,24 @@ protected:
         for (float& x : v) x = d(rng_);
         return v;
     }
+    // The routed experts written out op by op over rows of x with ids id_t (a row per input): expert_linear with
+    // w1 and w3, swiglu, expert_linear with w2; with block > 0 the two products' inputs quantized first as
+    // fake_quantize(kFp8Ue8m0, block) quantizes them.
+    Tensor expert_sequence(const std::vector<float>& xv, const Tensor& id_t, const std::vector<LinearWeight>& w1,
+                           const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2, float limit,
+                           int block = 0) {
+        const int64_t rows = id_t.numel(), d = w1[0].cols, inter = w1[0].rows;
+        Tensor x = f32_tensor(xv, Shape{rows, d});
+        if (block > 0) be_->fake_quantize(x, QuantSim::kFp8Ue8m0, block);
+        Tensor g = Tensor::f32(Shape{rows, inter}), u = Tensor::f32(Shape{rows, inter}),
+               out = Tensor::f32(Shape{rows, d});
+        be_->expert_linear(g, x, id_t, w1, 1);
+        be_->expert_linear(u, x, id_t, w3, 1);
+        be_->swiglu(g, g, u, limit);
+        if (block > 0) be_->fake_quantize(g, QuantSim::kFp8Ue8m0, block);
+        be_->expert_linear(out, g, id_t, w2, 1);
+        return out;
+    }
     Route route(const std::vector<float>& logits, int64_t e, const MoeRouting& r) {
         const int64_t rows = static_cast<int64_t>(logits.size()) / e;
         Tensor lg = f32_tensor(logits, Shape{rows, e});
@@ -298,11 +316,7 @@ TEST_F(CpuMoe, GroupedExpertsEqualExpertLinearOverTheSameRows) {
 
     const std::vector<float> xv = randn(rows * d);
     Tensor x = f32_tensor(xv, Shape{rows, d});
-    Tensor g = Tensor::f32(Shape{rows, inter}), u = Tensor::f32(Shape{rows, inter}), want = Tensor::f32(Shape{rows, d});
-    be_->expert_linear(g, x, id_t, w1, 1);
-    be_->expert_linear(u, x, id_t, w3, 1);
-    be_->swiglu(g, g, u, limit);
-    be_->expert_linear(want, g, id_t, w2, 1);
+    const Tensor want = expert_sequence(xv, id_t, w1, w3, w2, limit);
     be_->grouped_experts(x, counts, w1, w3, w2, limit);
     EXPECT_EQ(0, std::memcmp(x.f32(), want.f32(), rows * d * 4));
 
@@ -325,15 +339,7 @@ TEST_F(CpuMoe, ActivationBlockQuantizesBothProductsInputs) {
     const Tensor id_t = ids_of_runs(counts);
     const int64_t rows = id_t.numel();
     const std::vector<float> xv = randn(rows * d);
-
-    Tensor xq = f32_tensor(xv, Shape{rows, d});
-    be_->fake_quantize(xq, QuantSim::kFp8Ue8m0, block);
-    Tensor g = Tensor::f32(Shape{rows, inter}), u = Tensor::f32(Shape{rows, inter}), want = Tensor::f32(Shape{rows, d});
-    be_->expert_linear(g, xq, id_t, w1, 1);
-    be_->expert_linear(u, xq, id_t, w3, 1);
-    be_->swiglu(g, g, u, limit);
-    be_->fake_quantize(g, QuantSim::kFp8Ue8m0, block);
-    be_->expert_linear(want, g, id_t, w2, 1);
+    const Tensor want = expert_sequence(xv, id_t, w1, w3, w2, limit, block);
 
     Tensor x = f32_tensor(xv, Shape{rows, d}), out = Tensor::f32(Shape{rows, d});
     be_->routed_experts(out, x, id_t, w1, w3, w2, 1, limit, block);
