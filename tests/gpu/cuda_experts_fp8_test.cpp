@@ -276,17 +276,14 @@ TEST_F(CudaExpertsFp8, RowsSpanningTooManyBinadesKeepTheDefaultPath) {
 // (grouped_experts with FP8 activations) against the bf16 wgmma kernels (without), and holds the FP8 result to the
 // default sequence with FP8 activations on the same GPU, without SwiGLU's clamp (see the header).
 TEST_F(CudaExpertsFp8, PrefillThroughput) {
-    const int64_t e = 256, d = 4096, inter = 2048, per = 384, rows = e * per;
-    std::mt19937_64 bits(rng_());
     std::vector<Tensor> keep;
-    const testing_support::DeviceExperts ex = testing_support::random_fp4_experts(*gpu_, bits, e, d, inter, &keep);
-    const std::vector<LinearWeight>&w1 = ex.w1, &w3 = ex.w3, &w2 = ex.w2;
-    std::vector<float> block = randn(d * 97, 0.1f);
-    std::vector<float> x(rows * d);
-    for (int64_t i = 0; i < rows * d; ++i) x[i] = block[i % block.size()];
-    const std::vector<int64_t> counts(e, per);
+    const PrefillExperts pe = prefill_experts(0.1f, &keep);
+    const int64_t d = pe.kD, rows = pe.kRows;
+    const std::vector<LinearWeight>&w1 = pe.ex.w1, &w3 = pe.ex.w3, &w2 = pe.ex.w2;
+    const std::vector<float>& x = pe.x;
+    const std::vector<int64_t>& counts = pe.counts;
     Tensor xd = gpu_->alloc(DType::kF32, Shape{rows, d});
-    const double flop = 6.0 * rows * d * inter;
+    const double flop = pe.kFlop;
     const auto seconds = [](auto t0) {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };

@@ -214,20 +214,17 @@ TEST_F(CudaExpertsWgmma, AppliesOnlyToFp4Widths) {
 // kernels and the backend's grouped_experts (dequantize + cuBLAS on side streams) on the same weights, and holds
 // the two (the same numerics up to the fp32 summation order) to kSameNumericsBound.
 TEST_F(CudaExpertsWgmma, PrefillThroughput) {
-    const int64_t e = 256, d = 4096, inter = 2048, per = 384, rows = e * per;
-    std::mt19937_64 bits(rng_());
     std::vector<Tensor> keep;
-    const testing_support::DeviceExperts ex = testing_support::random_fp4_experts(*gpu_, bits, e, d, inter, &keep);
-    const std::vector<LinearWeight>&w1 = ex.w1, &w3 = ex.w3, &w2 = ex.w2;
+    const PrefillExperts pe = prefill_experts(1.0f, &keep);
+    const int64_t e = pe.kExperts, d = pe.kD, inter = pe.kInter, per = pe.kPer, rows = pe.kRows;
+    const std::vector<LinearWeight>&w1 = pe.ex.w1, &w3 = pe.ex.w3, &w2 = pe.ex.w2;
     ASSERT_TRUE(cuda::grouped_experts_wgmma_applies(w1, w3, w2));
-    std::vector<float> block = randn(d * 97);
-    std::vector<float> x(rows * d);
-    for (int64_t i = 0; i < rows * d; ++i) x[i] = block[i % block.size()];
-    const std::vector<int64_t> counts(e, per);
+    const std::vector<float>& x = pe.x;
+    const std::vector<int64_t>& counts = pe.counts;
     std::vector<int64_t> starts{0};
     for (int64_t n : counts) starts.push_back(starts.back() + n);
     Tensor xd = gpu_->alloc(DType::kF32, Shape{rows, d});
-    const double flop = 6.0 * rows * d * inter;
+    const double flop = pe.kFlop;
     const auto seconds = [](auto t0) {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     };

@@ -27,6 +27,35 @@ constexpr double kBound = 1e-5;
 constexpr double kBf16Bound = 3e-2;
 constexpr double kSameInputsBound = 1e-4;
 
+// Prefill-sized FP4 experts straight on the device: e experts' w1, w3 [inter, d] and w2 [d, inter], random codes and
+// E8M0 scales 122..129, each copied to `gpu` (kept in `keep`) from one host buffer (the device copies are all that
+// stays: 768 model-width matrices would not fit the host twice).
+struct DeviceExperts {
+    std::vector<LinearWeight> w1, w3, w2;
+};
+inline DeviceExperts random_fp4_experts(Backend& gpu, std::mt19937_64& bits, int64_t e, int64_t d, int64_t inter,
+                                        std::vector<Tensor>* keep) {
+    DeviceExperts x;
+    std::vector<uint8_t> data(inter * d / 2), scale(inter * d / 32);
+    for (int64_t i = 0; i < 3 * e; ++i) {
+        for (size_t j = 0; j < data.size(); j += 8) {
+            const uint64_t b = bits();
+            std::memcpy(data.data() + j, &b, 8);
+        }
+        for (uint8_t& s : scale) s = static_cast<uint8_t>(122 + bits() % 8);
+        LinearWeight w;
+        w.format = WeightFormat::kFp4Group;
+        w.block_cols = 32;
+        w.rows = i % 3 == 2 ? d : inter;
+        w.cols = i % 3 == 2 ? inter : d;
+        w.name = "bench";
+        w.data = TensorView(data.data(), DType::kFP4E2M1, Shape{w.rows, w.cols});
+        w.scale = TensorView(scale.data(), DType::kE8M0, Shape{w.rows, w.cols / 32});
+        (i % 3 == 0 ? x.w1 : i % 3 == 1 ? x.w3 : x.w2).push_back(to_backend(gpu, w, keep));
+    }
+    return x;
+}
+
 // CPU and CUDA backends (the CUDA one with products of more than 8 rows on the given DEEPINFER_CUDA_GEMM
 // kernel) and a generator seeded afresh each run.
 class CudaCompare : public ::testing::Test {
@@ -69,6 +98,25 @@ protected:
         return v;
     }
     static std::vector<float> values(const Tensor& t) { return std::vector<float>(t.f32(), t.f32() + t.numel()); }
+    // Prefill's routed experts at V4-Flash's width: 16,384 tokens x top-6 over 256 random FP4 experts, 384 rows each
+    // (D 4096, I 2048; the weights kept in `keep`), the rows 97 random ones of std x_std over and over.
+    struct PrefillExperts {
+        static constexpr int64_t kExperts = 256, kD = 4096, kInter = 2048, kPer = 384, kRows = kExperts * kPer;
+        DeviceExperts ex;
+        std::vector<float> x;  // [kRows, kD]
+        std::vector<int64_t> counts = std::vector<int64_t>(kExperts, kPer);
+        static constexpr double kFlop = 6.0 * kRows * kD * kInter;
+    };
+    PrefillExperts prefill_experts(float x_std, std::vector<Tensor>* keep) {
+        using P = PrefillExperts;
+        std::mt19937_64 bits(rng_());
+        PrefillExperts p;
+        p.ex = random_fp4_experts(*gpu_, bits, P::kExperts, P::kD, P::kInter, keep);
+        const std::vector<float> block = randn(P::kD * 97, x_std);
+        p.x.resize(P::kRows * P::kD);
+        for (int64_t i = 0; i < P::kRows * P::kD; ++i) p.x[i] = block[i % block.size()];
+        return p;
+    }
 
     const char* gemm_;
     std::unique_ptr<Backend> cpu_, gpu_;
@@ -251,34 +299,5 @@ struct SlotRows {
         return n;
     }
 };
-
-// Prefill-sized FP4 experts straight on the device: e experts' w1, w3 [inter, d] and w2 [d, inter], random codes and
-// E8M0 scales 122..129, each copied to `gpu` (kept in `keep`) from one host buffer (the device copies are all that
-// stays: 768 model-width matrices would not fit the host twice).
-struct DeviceExperts {
-    std::vector<LinearWeight> w1, w3, w2;
-};
-inline DeviceExperts random_fp4_experts(Backend& gpu, std::mt19937_64& bits, int64_t e, int64_t d, int64_t inter,
-                                        std::vector<Tensor>* keep) {
-    DeviceExperts x;
-    std::vector<uint8_t> data(inter * d / 2), scale(inter * d / 32);
-    for (int64_t i = 0; i < 3 * e; ++i) {
-        for (size_t j = 0; j < data.size(); j += 8) {
-            const uint64_t b = bits();
-            std::memcpy(data.data() + j, &b, 8);
-        }
-        for (uint8_t& s : scale) s = static_cast<uint8_t>(122 + bits() % 8);
-        LinearWeight w;
-        w.format = WeightFormat::kFp4Group;
-        w.block_cols = 32;
-        w.rows = i % 3 == 2 ? d : inter;
-        w.cols = i % 3 == 2 ? inter : d;
-        w.name = "bench";
-        w.data = TensorView(data.data(), DType::kFP4E2M1, Shape{w.rows, w.cols});
-        w.scale = TensorView(scale.data(), DType::kE8M0, Shape{w.rows, w.cols / 32});
-        (i % 3 == 0 ? x.w1 : i % 3 == 1 ? x.w3 : x.w2).push_back(to_backend(gpu, w, keep));
-    }
-    return x;
-}
 
 }  // namespace deepinfer::testing_support
