@@ -185,6 +185,73 @@ protected:
         return lists;
     }
 
+    // A rotary_attention_rows call's inputs: q [rows, heads, 512] of std 3 and 700 random keys by address, row t
+    // attending lens[t % 14] random keys, positions below 10^6 (where sinf and cosf take their slow path), RoPE of
+    // width rope_dim with V4's attention factor; the host tensors (q, the CPU's key addresses) and their device copies.
+    struct RotaryCall {
+        static constexpr int64_t kD = 512, kKeys = 700;
+        static constexpr int kLens[14] = {0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 128, 200, 640};
+        int64_t rows, heads;
+        int rope_dim;
+        Tensor q, keys, sinks, inv_freq;
+        std::vector<int32_t> positions, offsets, indices;
+        Tensor kd, sd, fd, pos_d, off_d, idx_d, rows_d;
+        float scale = 0, af = 1.25f, eps = 1e-6f;
+
+        RotaryCall(AttentionFixture& fx, int64_t rows_, int64_t heads_, int rope_dim_)
+            : rows(rows_), heads(heads_), rope_dim(rope_dim_) {
+            KeyLists lists(rows);
+            for (int64_t t = 0; t < rows; ++t)
+                for (int i = 0; i < kLens[t % 14]; ++i) lists[t].push_back(fx.below(kKeys));
+            const FlatLists f(lists);
+            offsets = f.offsets;
+            indices = f.indices;
+            q = fx.normal(Shape{rows, heads, kD}, 3.0f);
+            keys = fx.normal(Shape{kKeys, kD}, 1.0f);
+            sinks = fx.normal(Shape{heads}, 1.0f);
+            inv_freq = Tensor::f32(Shape{rope_dim / 2});
+            for (int i = 0; i < rope_dim / 2; ++i)
+                inv_freq.f32()[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(rope_dim));
+            positions.resize(static_cast<size_t>(rows));
+            for (auto& p : positions) p = fx.below(1000000);
+            scale = scale_of(q);
+            kd = fx.on_gpu(keys), sd = fx.on_gpu(sinks), fd = fx.on_gpu(inv_freq), pos_d = fx.i32_on_gpu(positions);
+            off_d = fx.i32_on_gpu(offsets), idx_d = fx.i32_on_gpu(indices);
+            rows_d = fx.on_gpu(key_addresses(kd));
+        }
+        std::string what() const {
+            return std::to_string(rows) + " rows, " + std::to_string(heads) + " heads, rope " +
+                   std::to_string(rope_dim);
+        }
+        // [kKeys] I64 on the host: the rows of a key table in memory of the backend that reads them.
+        Tensor key_addresses(const Tensor& table) const {
+            Tensor a(DType::kI64, Shape{kKeys});
+            for (int64_t i = 0; i < kKeys; ++i)
+                a.view().as<int64_t>()[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(table.f32() + i * kD));
+            return a;
+        }
+        Backend::AttentionRope rope(bool device) const {
+            return device ? Backend::AttentionRope{pos_d.as<int32_t>(), fd.f32(), rope_dim, af, eps}
+                          : Backend::AttentionRope{positions.data(), inv_freq.f32(), rope_dim, af, eps};
+        }
+        // The call on the GPU into out, from q_dev (a device copy of q, which the call may norm and rotate); with
+        // `apart` Backend's default, the three ops.
+        void run_gpu(Backend& gpu, TensorView out, TensorView q_dev, bool apart = false) const {
+            const int32_t *off = off_d.as<int32_t>(), *idx = idx_d.as<int32_t>();
+            if (apart)
+                gpu.Backend::rotary_attention_rows(out, q_dev, rows_d, off, idx, sd.f32(), scale, rope(true));
+            else
+                gpu.rotary_attention_rows(out, q_dev, rows_d, off, idx, sd.f32(), scale, rope(true));
+        }
+    };
+    // Whether the wgmma kernel takes a rotary call (and so norms and rotates inside): prefill rows, rotary width up to
+    // 128, on a compute capability 9.0 device in the default mode, unless DEEPINFER_CUDA_ATTN_WGMMA=0.
+    bool fused_rotary_attention(int64_t rows, int rope_dim) const {
+        const char* env = std::getenv("DEEPINFER_CUDA_ATTN_WGMMA");
+        return tensor_cores() && cuda::gemv_wgmma_device() && rows >= 300 && rope_dim <= 128 &&
+               !(env && std::strcmp(env, "0") == 0);
+    }
+
     std::string gemm_, saved_gemm_;
     bool had_gemm_ = false;
     std::unique_ptr<Backend> cpu_, gpu_;
@@ -507,60 +574,34 @@ TEST_P(CudaAttention, SparseAttentionByAddressMatchesTheTable) {
 
 // rotary_attention_rows (V4's queries normed and rotated, the output rotated back) against its three ops run
 // apart on the same backend (Backend's default), bitwise: the wgmma kernel, which applies them as it loads the
-// queries and writes the output, at prefill sizes with 64 and 128 heads and rotary widths 64 and 128 (positions up
-// to 10^6, where sinf and cosf take their slow path), lists of 0 to 640 keys; and the calls it does not take (8
-// rows; a rotary width of 192) as the default; attention_applies_rope says which, and the fused calls leave q as it
-// was. Against the CPU op under the bounds of the kernel under test.
+// queries and writes the output, at prefill sizes with 64 and 128 heads and rotary widths 64 and 128, lists of 0
+// to 640 keys; and the calls it does not take (8 rows; a rotary width of 192) as the default; attention_applies_rope
+// says which, and the fused calls leave q as it was. Against the CPU op under the bounds of the kernel under test.
 TEST_P(CudaAttention, RotaryAttentionMatchesItsThreeOps) {
     struct Case {
         int64_t rows, heads;
         int rope_dim;
     };
-    const int lens[] = {0, 1, 31, 32, 33, 63, 64, 65, 95, 96, 97, 128, 200, 640};
     for (const Case& cs :
          {Case{420, 64, 64}, Case{300, 128, 64}, Case{420, 64, 128}, Case{8, 64, 64}, Case{300, 64, 192}}) {
-        const int64_t d = 512, nkeys = 700;
-        KeyLists lists(cs.rows);
-        for (int64_t t = 0; t < cs.rows; ++t)
-            for (int i = 0; i < lens[t % 14]; ++i) lists[t].push_back(below(nkeys));
-        const FlatLists f(lists);
-        Tensor q = normal(Shape{cs.rows, cs.heads, d}, 3.0f), keys = normal(Shape{nkeys, d}, 1.0f);
-        Tensor sinks = normal(Shape{cs.heads}, 1.0f), inv_freq = Tensor::f32(Shape{cs.rope_dim / 2});
-        for (int i = 0; i < cs.rope_dim / 2; ++i)
-            inv_freq.f32()[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(cs.rope_dim));
-        std::vector<int32_t> positions(static_cast<size_t>(cs.rows));
-        for (auto& p : positions) p = below(1000000);
-        const std::string what = std::to_string(cs.rows) + " rows, " + std::to_string(cs.heads) + " heads, rope " +
-                                 std::to_string(cs.rope_dim);
-        const float scale = scale_of(q), af = 1.25f, eps = 1e-6f;
+        const RotaryCall call(*this, cs.rows, cs.heads, cs.rope_dim);
+        const int64_t d = RotaryCall::kD;
+        const Tensor& q = call.q;
+        const std::string what = call.what();
 
-        Tensor cpu_out = Tensor::f32(q.shape()), cpu_q = Tensor::f32(q.shape()), cpu_rows(DType::kI64, Shape{nkeys});
+        Tensor cpu_out = Tensor::f32(q.shape()), cpu_q = Tensor::f32(q.shape());
         std::memcpy(cpu_q.f32(), q.f32(), q.nbytes());
-        for (int64_t i = 0; i < nkeys; ++i)
-            cpu_rows.view().as<int64_t>()[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(keys.f32() + i * d));
-        cpu_->rotary_attention_rows(cpu_out, cpu_q, cpu_rows, f.offsets.data(), f.indices.data(), sinks.f32(), scale,
-                                    {positions.data(), inv_freq.f32(), cs.rope_dim, af, eps});
+        cpu_->rotary_attention_rows(cpu_out, cpu_q, call.key_addresses(call.keys), call.offsets.data(),
+                                    call.indices.data(), call.sinks.f32(), call.scale, call.rope(false));
 
-        Tensor kd = on_gpu(keys), sd = on_gpu(sinks), fd = on_gpu(inv_freq), pos_d = i32_on_gpu(positions);
-        Tensor off_d = i32_on_gpu(f.offsets), idx_d = i32_on_gpu(f.indices);
-        Tensor rows_host(DType::kI64, Shape{nkeys});
-        for (int64_t i = 0; i < nkeys; ++i)
-            rows_host.view().as<int64_t>()[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(kd.f32() + i * d));
-        Tensor rows_d = on_gpu(rows_host);
-        const Backend::AttentionRope rope{pos_d.as<int32_t>(), fd.f32(), cs.rope_dim, af, eps};
-        // The wgmma kernel takes the prefill cases of rotary width up to 128 on a compute capability 9.0 device in
-        // the default mode (unless DEEPINFER_CUDA_ATTN_WGMMA=0); it leaves q as it was.
-        const char* wgmma_env = std::getenv("DEEPINFER_CUDA_ATTN_WGMMA");
-        const bool fuses = tensor_cores() && cuda::gemv_wgmma_device() && cs.rows >= 300 && cs.rope_dim <= 128 &&
-                           !(wgmma_env && std::strcmp(wgmma_env, "0") == 0);
+        const bool fuses = fused_rotary_attention(cs.rows, cs.rope_dim);
         EXPECT_EQ(gpu_->attention_applies_rope(cs.rows, cs.heads, d, cs.rope_dim), fuses) << what;
         Tensor q1 = on_gpu(q), q2 = on_gpu(q), fused = nan_filled(q.shape()), apart = nan_filled(q.shape());
-        gpu_->rotary_attention_rows(fused, q1, rows_d, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(), scale, rope);
+        call.run_gpu(*gpu_, fused, q1);
         if (fuses) {
             EXPECT_EQ(download(q1), host_values(q)) << what << ": the queries were normed apart";
         }
-        gpu_->Backend::rotary_attention_rows(apart, q2, rows_d, off_d.as<int32_t>(), idx_d.as<int32_t>(), sd.f32(),
-                                             scale, rope);
+        call.run_gpu(*gpu_, apart, q2, true);
         const std::vector<float> got = download(fused), want = download(apart);
         int64_t differ = 0, differ_rotary = 0, heads_differ = 0, last_head = -1;
         double most = 0;
@@ -577,6 +618,31 @@ TEST_P(CudaAttention, RotaryAttentionMatchesItsThreeOps) {
                              << rel_error(got, want);
         EXPECT_TRUE(std::none_of(got.begin(), got.end(), [](float v) { return std::isnan(v); })) << what;
         EXPECT_LE(rel_error(got, host_values(cpu_out)), tensor_cores() ? kBf16Bound : kBound) << what;
+    }
+}
+
+// A BF16 out (V4's model passes one where wo_a's products round their input to bf16) holds the F32 call's values
+// rounded to nearest even, bitwise: written so by the wgmma kernel (420 rows; q left as it was) and rounded after
+// the three ops (8 rows, and every call of the tiled mode).
+TEST_P(CudaAttention, RotaryAttentionWritesBf16) {
+    for (const int64_t rows : {int64_t{420}, int64_t{8}}) {
+        const RotaryCall call(*this, rows, 64, 64);
+        const std::string what = call.what();
+        Tensor q1 = on_gpu(call.q), q2 = on_gpu(call.q), f32 = nan_filled(call.q.shape());
+        Tensor b16 = gpu_->alloc(DType::kBF16, call.q.shape());
+        const std::vector<uint16_t> nan16(static_cast<size_t>(call.q.numel()), 0x7fc0);
+        gpu_->upload(b16, nan16.data());
+        call.run_gpu(*gpu_, f32, q1);
+        call.run_gpu(*gpu_, b16, q2);
+        if (fused_rotary_attention(rows, 64)) {
+            EXPECT_EQ(download(q2), host_values(call.q)) << what << ": the queries were normed apart";
+        }
+        const std::vector<float> want = download(f32);
+        std::vector<uint16_t> got(want.size());
+        gpu_->download(got.data(), b16);
+        int64_t differ = 0;
+        for (size_t i = 0; i < got.size(); ++i) differ += got[i] != f32_to_bf16(want[i]);
+        EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << got.size() << " values differ";
     }
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/gemm_policy.h"
@@ -177,6 +178,72 @@ TEST_F(CudaGemmAuto, WideBf16WeightsOnCublas) {
     const LinearWeight wide_d = to_backend(*gpu_, wide.w, &storage_);
     for (int64_t t : {2, 8, 17, 32}) check(1, wide, wide_d, t);
     for (int64_t t : {2, 32}) check(1, t, cuda::kCublasBf16MinFeatures - 8, 256);
+}
+
+// grouped_linear from a BF16 input where takes_bf16_inputs holds (cuBLAS's rows: V4's attention output written in
+// bf16 for wo_a) is bitwise the product of the F32 input it rounds (both make the same cuBLAS calls from one bf16
+// copy at row stride groups x K), and within kSameInputsBound of the CPU's on the rounded input: FP8 at 4 groups of
+// K 512, and wo_a's shape in V4-Flash (8 groups of K 4096, 1024 features each; each group's input read at a row
+// stride of 32,768). Fewer rows (the GEMVs and the tc kernel compute from f32) answer false, and a BF16 input there
+// is an error.
+TEST_F(CudaGemmAuto, GroupedLinearTakesBf16Inputs) {
+    struct Case {
+        int format;
+        int64_t t, features, k, groups;
+    };
+    for (const Case& cs : {Case{6, 300, 256, 512, 4}, Case{6, 256, 1024, 4096, 8}}) {
+        const std::string what = "K " + std::to_string(cs.k) + ", " + std::to_string(cs.groups) + " groups";
+        const HostWeight hw = make_weight(rng_, cs.format, cs.groups * cs.features, cs.k);
+        const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+        EXPECT_TRUE(gpu_->takes_bf16_inputs(cs.t, dw)) << what;
+        EXPECT_FALSE(gpu_->takes_bf16_inputs(cuda::kCublasMinRows - 1, dw)) << what;
+        const int64_t cols = cs.groups * cs.k;
+        std::vector<float> xv = randn(cs.t * cols);
+        std::vector<uint16_t> bits(xv.size());
+        for (size_t i = 0; i < xv.size(); ++i) bits[i] = f32_to_bf16(xv[i]);
+        Tensor x32 = device(host(xv, Shape{cs.t, cols})), x16 = gpu_->alloc(DType::kBF16, Shape{cs.t, cols});
+        gpu_->upload(x16, bits.data());
+        Tensor from32 = poisoned(Shape{cs.t, hw.w.rows}), from16 = poisoned(Shape{cs.t, hw.w.rows});
+        gpu_->grouped_linear(from32, x32, dw, static_cast<int>(cs.groups));
+        gpu_->grouped_linear(from16, x16, dw, static_cast<int>(cs.groups));
+        const std::vector<float> got = fetch(from16);
+        EXPECT_EQ(got, fetch(from32)) << what;
+        for (float& v : xv) v = round_to_bf16(v);
+        Tensor ref = Tensor::f32(Shape{cs.t, hw.w.rows});
+        cpu_->grouped_linear(ref, host(xv, Shape{cs.t, cols}), hw.w, static_cast<int>(cs.groups));
+        EXPECT_LE(rel_error(got, values(ref)), kSameInputsBound) << what;
+
+        const int64_t few = 8;
+        Tensor small16 = gpu_->alloc(DType::kBF16, Shape{few, cols}), small_out = poisoned(Shape{few, hw.w.rows});
+        gpu_->upload(small16, bits.data());
+        EXPECT_THROW(gpu_->grouped_linear(small_out, small16, dw, static_cast<int>(cs.groups)), Error) << what;
+    }
+}
+
+// Backend::linears' cuBLAS products (the default mode from kCublasMinRows rows) share one bf16 copy of x, made as
+// each product's own call would make it: every output bitwise linear()'s alone. K 520 (FP8 scale blocks cut short;
+// BF16 read in place; FP8 of 32-wide blocks) at 300 rows (all on cuBLAS) and at 8 (the GEMVs: the shared launches).
+TEST_F(CudaGemmAuto, LinearsShareTheirInputsConversion) {
+    const int64_t k = 520;
+    std::vector<HostWeight> hw;
+    std::vector<LinearWeight> dw;
+    for (const int format : {6, 1, 2, 6})
+        hw.push_back(make_weight(rng_, format, 128 + 64 * static_cast<int64_t>(hw.size()), k));
+    for (HostWeight& h : hw) dw.push_back(to_backend(*gpu_, h.w, &storage_));
+    for (const int64_t t : {300, 8}) {
+        Tensor xd = device(host(randn(t * k), Shape{t, k}));
+        std::vector<Tensor> shared, alone;
+        std::vector<Backend::Projection> ps;
+        for (size_t i = 0; i < hw.size(); ++i) {
+            shared.push_back(poisoned(Shape{t, hw[i].w.rows}));
+            alone.push_back(poisoned(Shape{t, hw[i].w.rows}));
+            ps.push_back({shared[i], &dw[i]});
+            gpu_->linear(alone[i], xd, dw[i]);
+        }
+        gpu_->linears(xd, ps);
+        for (size_t i = 0; i < hw.size(); ++i)
+            EXPECT_EQ(fetch(shared[i]), fetch(alone[i])) << "projection " << i << ", " << t << " rows";
+    }
 }
 
 // 2..32 rows in the bf16 modes take the tensor-core GEMV (gemv_tc.cu; 17..32 rows on two MMA row tiles): every

@@ -46,6 +46,11 @@
 // inverse RoPE run apart (the CUDA op test checks), with q's 2 GB at V4-Flash's 16,384 rows read once instead of
 // three times and never written: attention_bench 4.72 ms against 5.83 for the four kernels (run 38). ptxas spills 20
 // bytes of the consumer with both rotations in (none with either alone).
+//
+// With the rotation the output may also be written in bf16 (AttnRope::out_bf16: each value rounded to nearest even,
+// as launch_to_bf16 rounds it) for a consumer that rounds its input to bf16 anyway (wo_a's cuBLAS products): at
+// V4-Flash's 16,384 rows that writes 1 GB a layer instead of 2 GB, and saves the product's 2 GB read and 1 GB write
+// of its own conversion.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -103,7 +108,7 @@ static_assert(kOffP % 1024 == 0 && kTileBytes % 1024 == 0, "operands keep the sw
 constexpr int64_t kMaxItems = (int64_t{1} << 31) - (int64_t{1} << 20);
 
 struct WgAttnParams {
-    float* out;                  // [T, H, 512] f32
+    void* out;                   // [T, H, 512] f32, or bf16 where out_bf16
     const float* q;              // [T, H, 512] f32, 16-byte aligned
     const __nv_bfloat16* table;  // [Nk, 512] bf16: the keys rounded
     const int32_t* offsets;      // [T + 1] row t attends keys indices[offsets[t] .. offsets[t + 1])
@@ -116,6 +121,7 @@ struct WgAttnParams {
     const float2* rotation;  // [T, rope_pairs] (cos, sin) of each row's pairs (launch_rope_table), or null
     int rope_col0, rope_pairs;
     float eps, q_sign, out_sign;
+    bool out_bf16;
 };
 
 __device__ __forceinline__ uint32_t sw128(int row, int piece) {
@@ -400,7 +406,7 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
             const float total = __fadd_rn(expf(sink - mx), __fmul_rn(l, expf(m - mx)));
             wgt[hr] = __fdiv_rn(expf(m - mx), total);
         }
-        float* orow = p.out + (static_cast<int64_t>(row) * p.heads + h0) * kD + 256 * w + 2 * c;
+        const int64_t orow = (static_cast<int64_t>(row) * p.heads + h0) * kD + 256 * w + 2 * c;  // element index
         // Column pair 256 w + 8 j + 2 c of both rows, rotated back when it is a rotary pair: those are in
         // warpgroup 1's last 128 columns (rope_col0 >= 384), so only there does the loop carry the rotation.
         const float2* tab = rope_tab + (round & 1) * kMaxRopePairs;
@@ -415,7 +421,11 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
                     const float2 cs = tab[(col - p.rope_col0) / 2];
                     rotate_by(a, b, cs.x, cs.y * p.out_sign);
                 }
-                *reinterpret_cast<float2*>(orow + (head0 + 8 * hr) * kD + 8 * j) = make_float2(a, b);
+                const int64_t at = orow + (head0 + 8 * hr) * kD + 8 * j;
+                if (p.out_bf16)
+                    reinterpret_cast<uint32_t*>(p.out)[at / 2] = mma::pack_bf16(a, b);
+                else
+                    *reinterpret_cast<float2*>(static_cast<float*>(p.out) + at) = make_float2(a, b);
             }
         };
 #pragma unroll
@@ -462,7 +472,7 @@ bool wgmma_attention_enabled() {
 }  // namespace
 
 bool sparse_attention_wgmma_applies(int64_t rows, int64_t heads, int64_t d, bool batch_invariant, bool table,
-                                    const float* q, const float* out) {
+                                    const float* q, const void* out) {
     return !batch_invariant && table && d == kD && heads > 0 && heads % kHeads == 0 &&
            rows * (heads / kHeads) >= device_sm_count() && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
            reinterpret_cast<uintptr_t>(out) % 8 == 0 && rows * (heads / kHeads) <= kMaxItems &&
@@ -473,7 +483,7 @@ bool sparse_attention_wgmma_takes_rope(int rope_dim) {
     return rope_dim > 0 && rope_dim % 4 == 0 && rope_dim <= 2 * kMaxRopePairs;
 }
 
-void launch_sparse_attention_wgmma(float* out, const float* q, const uint16_t* table, const int32_t* offsets,
+void launch_sparse_attention_wgmma(void* out, const float* q, const uint16_t* table, const int32_t* offsets,
                                    const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, float scale,
                                    cudaStream_t stream, const AttnRope* rope) {
     const int64_t items = rows * (heads / kHeads);
@@ -505,7 +515,8 @@ void launch_sparse_attention_wgmma(float* out, const float* q, const uint16_t* t
                          rope ? rope->rope_dim / 2 : 0,
                          rope ? rope->eps : 0.0f,
                          1.0f,
-                         -1.0f};
+                         -1.0f,
+                         rope && rope->out_bf16};
     const int grid = static_cast<int>(std::min<int64_t>(items, device_sm_count()));
     launch_pdl(sparse_attention_wgmma_kernel, dim3(grid), dim3(kThreads), kSmemBytes, stream, p);
     if (rotation) DI_CUDA_CHECK(cudaFreeAsync(rotation, stream));

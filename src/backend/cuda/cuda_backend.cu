@@ -292,10 +292,28 @@ public:
         DI_ICHECK(x.ndim() == 2 && x.dim(1) == w.cols && out.numel() == t * w.rows, "linear ", w.name);
         matmul(lane, out.f32(), w.rows, x.f32(), w.cols, t, cuda::describe_weight(w), 0, w.rows);
     }
+    // A bf16 x goes to cuBLAS as it is (takes_bf16_inputs); an f32 x that cuBLAS takes is converted once for all
+    // groups, so that both forms make the same calls (the conversion a launch instead of one per group).
     void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) override {
         const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
         DI_ICHECK(w.rows % groups == 0 && x.numel() == t * groups * k && out.numel() == t * w.rows, "grouped_linear");
         const WeightDesc d = cuda::describe_weight(w);
+        const bool bf16 = x.dtype() == DType::kBF16;
+        DI_CHECK(!bf16 || takes_bf16_inputs(t, w), "grouped_linear ", w.name, ": a bf16 input at ", t,
+                 " rows, which this product does not take");
+        if (bf16 || (on_cublas(t, d) && k % 8 == 0)) {
+            Tensor converted;
+            const uint16_t* xb = bf16 ? x.as<uint16_t>() : nullptr;
+            const auto op = scope(*lane_, "matmul cublas");
+            if (!bf16) {
+                converted = alloc(DType::kBF16, Shape{t, groups * k});
+                xb = converted.as<uint16_t>();
+                cuda::launch_to_bf16(converted.as<uint16_t>(), groups * k, x.f32(), groups * k, t, groups * k, stream_);
+            }
+            for (int g = 0; g < groups; ++g)
+                lane_->gemm().run_bf16(out.f32() + g * r, w.rows, xb + g * k, groups * k, t, d, g * r, r);
+            return;
+        }
         if (gemv_for(t, d) != Gemv::kNone) {  // the groups in one launch
             std::vector<cuda::GemvJob> jobs;
             for (int g = 0; g < groups; ++g)
@@ -306,20 +324,40 @@ public:
         for (int g = 0; g < groups; ++g)
             matmul(*lane_, out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
     }
-    // The projections a GEMV takes share its launches (gemv_jobs()); the others run as linear() runs them.
+    // The projections a GEMV takes share its launches (gemv_jobs()); those cuBLAS takes share one bf16 copy of x
+    // (CublasGemm::run_bf16 from the packed copy run() would make: the same calls); the others run as linear() runs
+    // them.
     void linears(TensorView x, const std::vector<Projection>& projections) override {
         const int64_t t = x.dim(0);
         std::vector<cuda::GemvJob> jobs;
+        std::vector<const Projection*> on_blas;
         for (const Projection& p : projections) {
             DI_ICHECK(x.ndim() == 2 && x.dim(1) == p.w->cols && p.out.numel() == t * p.w->rows, "linears ",
                       p.w->name);
             const WeightDesc d = cuda::describe_weight(*p.w);
-            if (gemv_for(t, d) == Gemv::kNone)
-                matmul(*lane_, p.out.f32(), p.w->rows, x.f32(), p.w->cols, t, d, 0, p.w->rows);
-            else
+            if (gemv_for(t, d) != Gemv::kNone)
                 jobs.push_back({p.out.f32(), p.w->rows, x.f32(), p.w->cols, d, 0, p.w->rows});
+            else if (on_cublas(t, d))
+                on_blas.push_back(&p);
+            else
+                matmul(*lane_, p.out.f32(), p.w->rows, x.f32(), p.w->cols, t, d, 0, p.w->rows);
+        }
+        if (on_blas.size() == 1) {
+            const Projection& p = *on_blas[0];
+            matmul(*lane_, p.out.f32(), p.w->rows, x.f32(), p.w->cols, t, cuda::describe_weight(*p.w), 0, p.w->rows);
+        } else if (!on_blas.empty()) {
+            const int64_t k = x.dim(1), kp = (k + 7) / 8 * 8;
+            const auto op = scope(*lane_, "matmul cublas");
+            const Tensor xb = alloc(DType::kBF16, Shape{t, kp});  // run()'s packed copy: zeros past column k
+            cuda::launch_to_bf16(xb.as<uint16_t>(), kp, x.f32(), k, t, k, stream_);
+            for (const Projection* p : on_blas)
+                lane_->gemm().run_bf16(p->out.f32(), p->w->rows, xb.as<uint16_t>(), kp, t, cuda::describe_weight(*p->w),
+                                       0, p->w->rows);
         }
         gemv_jobs(jobs.data(), jobs.size(), t, *lane_);
+    }
+    bool takes_bf16_inputs(int64_t rows, const LinearWeight& w) const override {
+        return on_cublas(rows, cuda::describe_weight(w));
     }
     void quantized_linears(TensorView x, QuantSim kind, int block,
                            const std::vector<Projection>& projections) override {
@@ -471,8 +509,7 @@ public:
     // The kernels go to `lane`: the kernel choice, and so the result, does not depend on it.
     void matmul(cuda::Lane& lane, float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows,
                 const WeightDesc& d, int64_t w_row0, int64_t n_out) {
-        const bool cublas = !batch_invariant_ && (gemm_mode_ == GemmMode::kCublas || wide_bf16_on_cublas(rows, d) ||
-                                                  (gemm_mode_ == GemmMode::kAuto && rows >= cuda::kCublasMinRows));
+        const bool cublas = cublas_mode(rows, d);
         if (gemv_for(rows, d) != Gemv::kNone) {
             const cuda::GemvJob job{out, ldc, x, lda, d, w_row0, n_out};
             gemv_jobs(&job, 1, rows, lane);
@@ -487,6 +524,14 @@ public:
             const auto op = scope(lane, "matmul tensor cores");
             cuda::launch_gemm_tc(out, ldc, x, lda, rows, d, w_row0, n_out, !batch_invariant_, lane.stream);
         }
+    }
+    bool cublas_mode(int64_t rows, const WeightDesc& d) const {
+        return !batch_invariant_ && (gemm_mode_ == GemmMode::kCublas || wide_bf16_on_cublas(rows, d) ||
+                                     (gemm_mode_ == GemmMode::kAuto && rows >= cuda::kCublasMinRows));
+    }
+    // Whether matmul() hands a product of `rows` rows with d to cuBLAS.
+    bool on_cublas(int64_t rows, const WeightDesc& d) const {
+        return gemv_for(rows, d) == Gemv::kNone && gemm_mode_ != GemmMode::kTiled && cublas_mode(rows, d);
     }
     // The profiler's scope of an op issued on `lane`. The profiler times ops on the backend's stream, so work on a
     // side lane is timed only as part of the op that forked it.
@@ -617,19 +662,31 @@ public:
                                const AttentionRope& rope) override {
         const int64_t nkeys = key_rows.numel(), rows = q.dim(0), heads = q.dim(1), d = q.dim(2);
         DI_ICHECK(out.shape() == q.shape() && key_rows.dtype() == DType::kI64, "rotary_attention_rows shapes");
+        const bool bf16 = out.dtype() == DType::kBF16;
+        DI_ICHECK(bf16 || out.dtype() == DType::kF32, "rotary_attention_rows: out must be F32 or BF16");
         if (attention_applies_rope(rows, heads, d, rope.rope_dim) &&
             cuda::sparse_attention_tc_copies_table(nkeys, rows) &&
-            cuda::sparse_attention_wgmma_applies(rows, heads, d, batch_invariant_, true, q.f32(), out.f32())) {
+            cuda::sparse_attention_wgmma_applies(rows, heads, d, batch_invariant_, true, q.f32(), out.data())) {
             Tensor keys = alloc(DType::kF32, Shape{nkeys, d});
             gather_rows(keys.view(), key_rows);
             const auto op = profiler_->scope("sparse_attention rotary");  // the norm and both rotations included
-            const cuda::AttnRope r{rope.positions, rope.inv_freq, rope.rope_dim, rope.attention_factor, rope.eps};
-            cuda::launch_sparse_attention_tc(out.f32(), q.f32(), keys.f32(), nkeys, offsets, indices, sinks, rows,
+            const cuda::AttnRope r{rope.positions, rope.inv_freq, rope.rope_dim, rope.attention_factor, rope.eps, bf16};
+            cuda::launch_sparse_attention_tc(out.data(), q.f32(), keys.f32(), nkeys, offsets, indices, sinks, rows,
                                              heads, d, scale, batch_invariant_, stream_, cuda::AttnKeyStaging::kTable,
                                              nullptr, &r);
             return;
         }
-        Backend::rotary_attention_rows(out, q, key_rows, offsets, indices, sinks, scale, rope);
+        if (!bf16) {
+            Backend::rotary_attention_rows(out, q, key_rows, offsets, indices, sinks, scale, rope);
+            return;
+        }
+        // The F32 result, then rounded.
+        const Tensor o = alloc(DType::kF32, out.shape());
+        Backend::rotary_attention_rows(o.view(), q, key_rows, offsets, indices, sinks, scale, rope);
+        const int64_t cols = heads * d;
+        DI_ICHECK(cols % 8 == 0, "rotary_attention_rows: a bf16 out needs heads x head_dim a multiple of 8");
+        const auto op = profiler_->scope("to_bf16");
+        cuda::launch_to_bf16(out.as<uint16_t>(), cols, o.f32(), cols, rows, cols, stream_);
     }
     // The wgmma kernel's shapes (it takes every call it applies to without splits: it needs a row per SM). The
     // key table's size (prefill's is small against the rows) and the tensors' alignment are checked per call, so a

@@ -1,7 +1,8 @@
 // Matrix products on cuBLAS for many activation rows: out [T, N] f32 = x [T, K] f32 . W^T, W rows
 // w_row0 .. w_row0 + N of a weight in any stored format. cuBLAS takes no FP8 block or FP4 group scales in the
 // layout of the checkpoints, so each call
-//  - rounds x to bf16 once into a scratch [T, Kp] (Kp = K rounded up to 8: 16-byte aligned rows);
+//  - rounds x to bf16 once into a scratch [T, Kp] (Kp = K rounded up to 8: 16-byte aligned rows), unless the caller
+//    hands it over in bf16 already (run_bf16);
 //  - dequantizes the weight rows into a bf16 scratch [Nc, Kp], Nc rows at a time so that the scratch stays
 //    within kCublasScratchBytes (BF16 weights are used in place);
 //  - runs one bf16 x bf16 -> fp32 cublasGemmEx per chunk with fp32 accumulation, straight into out at ldc.
@@ -166,14 +167,23 @@ CublasGemm::~CublasGemm() {
 void CublasGemm::run(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                      int64_t w_row0, int64_t n_out) {
     if (rows == 0 || n_out == 0) return;
-    const int64_t k = w.cols, kp = (k + 7) / 8 * 8;
-    DI_ICHECK(rows <= INT_MAX && kp <= INT_MAX && ldc <= INT_MAX && k > 0, "cuBLAS GEMM: ", rows, " rows, K ", k,
-              ", ldc ", ldc, " exceed int");
-
-    // [rows, kp] bf16
-    __nv_bfloat16* xb = nullptr;
+    const int64_t kp = (w.cols + 7) / 8 * 8;
+    uint16_t* xb = nullptr;  // [rows, kp] bf16
     DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&xb), rows * kp * 2, stream_));
-    launch_to_bf16(reinterpret_cast<uint16_t*>(xb), kp, x, lda, rows, k, stream_);
+    launch_to_bf16(xb, kp, x, lda, rows, w.cols, stream_);
+    run_bf16(out, ldc, xb, kp, rows, w, w_row0, n_out);
+    DI_CUDA_CHECK(cudaFreeAsync(xb, stream_));  // stream-ordered: reused only after the GEMMs queued above
+}
+
+void CublasGemm::run_bf16(float* out, int64_t ldc, const uint16_t* x_bits, int64_t ldb, int64_t rows,
+                          const WeightDesc& w, int64_t w_row0, int64_t n_out) {
+    if (rows == 0 || n_out == 0) return;
+    const int64_t k = w.cols, kp = (k + 7) / 8 * 8;
+    DI_ICHECK(rows <= INT_MAX && kp <= INT_MAX && ldc <= INT_MAX && ldb <= INT_MAX && k > 0, "cuBLAS GEMM: ", rows,
+              " rows, K ", k, ", ldc ", ldc, ", ldb ", ldb, " exceed int");
+    DI_ICHECK(ldb >= k && ldb % 8 == 0 && reinterpret_cast<uintptr_t>(x_bits) % 16 == 0,
+              "cuBLAS GEMM: bf16 activations need 16-byte aligned rows of at least K (", k, "), ldb ", ldb);
+    const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(x_bits);
 
     // BF16 weights are read in place (rows w_row0.., row stride K); others are dequantized chunk by chunk into
     // [chunk, kp] bf16, chunk a multiple of kChunkAlign rows of at most kCublasScratchBytes (at least
@@ -200,13 +210,12 @@ void CublasGemm::run(float* out, int64_t ldc, const float* x, int64_t lda, int64
         // Column-major view: out^T [nc, rows] (ld ldc) = A^T . xb^T, A [nc, K] row-major = [K, nc] column-major.
         DI_CUBLAS_CHECK(cublasGemmEx(static_cast<cublasHandle_t>(handle_), CUBLAS_OP_T, CUBLAS_OP_N,
                                      static_cast<int>(nc), static_cast<int>(rows), static_cast<int>(k), &one, a,
-                                     CUDA_R_16BF, static_cast<int>(ld_a), xb, CUDA_R_16BF, static_cast<int>(kp), &zero,
+                                     CUDA_R_16BF, static_cast<int>(ld_a), xb, CUDA_R_16BF, static_cast<int>(ldb), &zero,
                                      out + c0, CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
                                      CUBLAS_GEMM_DEFAULT));
     }
-    // Stream-ordered frees: the memory is reused only after the GEMMs queued above.
+    // Stream-ordered free: the memory is reused only after the GEMMs queued above.
     if (wb) DI_CUDA_CHECK(cudaFreeAsync(wb, stream_));
-    DI_CUDA_CHECK(cudaFreeAsync(xb, stream_));
 }
 
 }  // namespace deepinfer::cuda

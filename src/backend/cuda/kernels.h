@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gemm_policy.h"
 #include "core/weight.h"
 
 namespace deepinfer::cuda {
@@ -36,16 +37,8 @@ void launch_gemm_tc(float* out, int64_t ldc, const float* x, int64_t lda, int64_
 // The same product on cuBLAS (gemm_cublas.cu), same numerics as launch_gemm_tc: x rounded to bf16 once, the
 // weight rows dequantized into a bf16 scratch (BF16 weights read in place), then one bf16 x bf16 -> fp32
 // cublasGemmEx per chunk of weight rows. cuBLAS picks its algorithm (and split-K) per shape, so a row's result
-// may depend on the row count: not for batch-invariant mode.
-//
-// kCublasMinRows: fewest rows for which the default mode takes cuBLAS rather than launch_gemm_tc. Per weight
-// element the cuBLAS path adds a dequantization pass of q + 2 bytes (read the stored weight: q = 1 FP8, 0.5 FP4,
-// 2 F16, 4 F32; write bf16; 0 for BF16 read in place), while both paths do 2 T FLOP. At B = 4.2 TB/s, the tc
-// kernel at ~200 TFLOP/s (measured) and cuBLAS at ~650 (of the 722-790 measured for bf16) it pays off once
-// 2 T (1/200e12 - 1/650e12) > (q + 2) / B, i.e. T > ~100 rows for FP8 (~85 FP4, ~210 F32). Far below that both
-// are bound by weight bytes, and cuBLAS moves q + 4 (dequantize, then read the copy) where tc moves q. 128: the
-// power of two above the FP8/FP4 break-even; gemm_bench times both paths per shape to set it.
-constexpr int64_t kCublasMinRows = 128;
+// may depend on the row count: not for batch-invariant mode. The default mode takes it from kCublasMinRows rows
+// (gemm_policy.h).
 // Bound on the dequantized weight scratch per call: larger weights (the 129280 x 4096 head: 1 GiB in bf16) are
 // done in chunks of weight rows.
 constexpr int64_t kCublasScratchBytes = int64_t{256} << 20;
@@ -56,9 +49,15 @@ public:
     ~CublasGemm();
     CublasGemm(const CublasGemm&) = delete;
     CublasGemm& operator=(const CublasGemm&) = delete;
-    // As launch_gemm_tc, on this handle's stream.
+    // As launch_gemm_tc, on this handle's stream: x rounded to bf16 into a packed copy (launch_to_bf16), then
+    // run_bf16 from it.
     void run(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w, int64_t w_row0,
              int64_t n_out);
+    // The same product from activations already in bf16: xb [rows, K] bf16 bits at row stride ldb (a multiple of 8,
+    // xb 16-byte aligned). Given run()'s packed copy ([rows, round_up(K, 8)], zero-padded), it computes what run()
+    // does; several products of one input (Backend::linears, a grouped product's groups) can share one conversion.
+    void run_bf16(float* out, int64_t ldc, const uint16_t* xb, int64_t ldb, int64_t rows, const WeightDesc& w,
+                  int64_t w_row0, int64_t n_out);
 
 private:
     void* handle_ = nullptr;  // cublasHandle_t (kept opaque: this header does not include cuBLAS's)
@@ -198,13 +197,14 @@ struct AttnRope {
     const float* inv_freq;     // [rope_dim / 2]
     int rope_dim;
     float attention_factor, eps;
+    bool out_bf16 = false;  // out holds bf16 (each value rounded to nearest even), not f32
 };
 bool sparse_attention_tc_applies(int64_t d);
 // Whether kAuto stages from the bf16 copy for a table of nkeys rows and `rows` query rows.
 bool sparse_attention_tc_copies_table(int64_t nkeys, int64_t rows);
 // key_rows (non-null, keys null): the keys by address ([nkeys] rows of d floats, 16-byte aligned), read in place
-// (gather staging) instead of from a table.
-void launch_sparse_attention_tc(float* out, const float* q, const float* keys, int64_t nkeys, const int32_t* offsets,
+// (gather staging) instead of from a table. out: f32, or bf16 where rope->out_bf16.
+void launch_sparse_attention_tc(void* out, const float* q, const float* keys, int64_t nkeys, const int32_t* offsets,
                                 const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
                                 float scale, bool batch_invariant, cudaStream_t stream,
                                 AttnKeyStaging staging = AttnKeyStaging::kAuto, const float* const* key_rows = nullptr,
@@ -217,10 +217,10 @@ void launch_rope_table(float2* table, const int32_t* positions, const float* inv
 // 512 from the bf16 table copy, without splits; not in batch-invariant mode (its sums run in another order than the
 // mma.sync kernel's, which serves the decode rows). DEEPINFER_CUDA_ATTN_WGMMA=0 keeps the mma.sync kernel.
 bool sparse_attention_wgmma_applies(int64_t rows, int64_t heads, int64_t d, bool batch_invariant, bool table,
-                                    const float* q, const float* out);
+                                    const float* q, const void* out);
 // Whether it also norms and rotates the queries and rotates the output back (rope dims within a head's last 128).
 bool sparse_attention_wgmma_takes_rope(int rope_dim);
-void launch_sparse_attention_wgmma(float* out, const float* q, const uint16_t* table, const int32_t* offsets,
+void launch_sparse_attention_wgmma(void* out, const float* q, const uint16_t* table, const int32_t* offsets,
                                    const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, float scale,
                                    cudaStream_t stream, const AttnRope* rope = nullptr);
 // With key_begin / key_count ([rows] I32): row t scores keys key_begin[t] .. + key_count[t] into its first

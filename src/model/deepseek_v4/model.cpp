@@ -539,7 +539,10 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
                                c.index_topk);
         }
     }
-    Tensor o = alloc(Shape{T, H, d});
+    // o in bf16 where the attention writes it so (its rotation inside) and wo_a's products round their input to
+    // bf16 anyway: the same products, without o's fp32 copy and its conversion. FP8 activations quantize o from f32.
+    const bool o_bf16 = rope_in_attention && !act_quant_.quantizes(L.wo_a) && be.takes_bf16_inputs(T, L.wo_a);
+    Tensor o = be.alloc(o_bf16 ? DType::kBF16 : DType::kF32, Shape{T, H, d});
     // The attention, and the output rotated back (V = K carried the rotation into it); the queries' norm and
     // rotation too where the backend applies them inside.
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
