@@ -105,7 +105,8 @@ public:
     virtual void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) = 0;
     // Whether products of `rows` rows with w round their input to bf16 first (a device's bf16 tensor-core GEMM), so
     // that grouped_linear may take that input in BF16 and its producer write it so (the result is the same, the
-    // fp32 copy and its conversion saved). False unless a backend says so.
+    // fp32 copy and its conversion saved); where it holds, linears may also write that product's out in BF16 (its
+    // fp32 sums rounded to nearest even, for a consumer that rounds them anyway). False unless a backend says so.
     virtual bool takes_bf16_inputs(int64_t rows, const LinearWeight& w) const {
         (void)rows, (void)w;
         return false;
@@ -175,7 +176,8 @@ public:
     // rotated back after. The same as rms_norm_rope(q, nullptr, ...), sparse_attention_rows, then rope(out, ...,
     // inverse), which is the default; q is left normed and rotated, or as it was (device backends may norm and
     // rotate the queries as the attention loads them, and the output as it writes it). out may be BF16 (the F32
-    // result rounded to nearest even) in backends whose takes_bf16_inputs can hold; the default takes F32.
+    // result rounded to nearest even), and q BF16, in backends whose takes_bf16_inputs can hold; the default takes
+    // F32.
     struct AttentionRope {
         const int32_t* positions;  // [T], this backend's memory
         const float* inv_freq;     // [rope_dim / 2], this backend's memory
@@ -193,7 +195,7 @@ public:
     virtual void rotary_attention_rows(TensorView out, TensorView q, TensorView key_rows, const int32_t* offsets,
                                        const int32_t* indices, const float* sinks, float scale,
                                        const AttentionRope& rope) {
-        DI_ICHECK(out.dtype() == DType::kF32, "rotary_attention_rows: this backend writes F32 only");
+        DI_ICHECK(out.dtype() == DType::kF32 && q.dtype() == DType::kF32, "rotary_attention_rows: F32 only here");
         rms_norm_rope(q, nullptr, rope.eps, rope.positions, rope.inv_freq, rope.rope_dim, rope.attention_factor);
         sparse_attention_rows(out, q, key_rows, offsets, indices, sinks, scale);
         this->rope(out, rope.positions, rope.inv_freq, rope.rope_dim, rope.attention_factor, true);

@@ -646,6 +646,31 @@ TEST_P(CudaAttention, RotaryAttentionWritesBf16) {
     }
 }
 
+// BF16 queries (V4's model passes them where wq_b's product writes them so) are widened exactly: bitwise the call on
+// F32 queries holding the same bf16 values, fused (420 rows; the BF16 q left as it was) or through the three ops
+// (8 rows, and every call of the tiled mode).
+TEST_P(CudaAttention, RotaryAttentionTakesBf16Queries) {
+    for (const int64_t rows : {int64_t{420}, int64_t{8}}) {
+        const RotaryCall call(*this, rows, 64, 64);
+        const std::string what = call.what();
+        std::vector<uint16_t> bits(static_cast<size_t>(call.q.numel()));
+        Tensor rounded = Tensor::f32(call.q.shape());
+        for (size_t i = 0; i < bits.size(); ++i) {
+            bits[i] = f32_to_bf16(call.q.f32()[i]);
+            rounded.f32()[i] = bf16_to_f32(bits[i]);
+        }
+        Tensor q32 = on_gpu(rounded), q16 = gpu_->alloc(DType::kBF16, call.q.shape());
+        gpu_->upload(q16, bits.data());
+        Tensor want = nan_filled(call.q.shape()), got = nan_filled(call.q.shape());
+        call.run_gpu(*gpu_, want, q32);
+        call.run_gpu(*gpu_, got, q16);
+        EXPECT_EQ(download(got), download(want)) << what;
+        std::vector<uint16_t> after(bits.size());
+        gpu_->download(after.data(), q16);
+        EXPECT_EQ(after, bits) << what << ": the bf16 queries were written";
+    }
+}
+
 // In batch-invariant mode a row's attention is bitwise the same alone or among 40 rows (no split of its keys).
 // Between the two calls the fp32 kernel changes its head groups (8 and 4 heads), the tensor-core kernel its head
 // tiles (64 and 16 heads) and its key staging (the bf16 table copy for 40 rows, the fp32 gather for one).

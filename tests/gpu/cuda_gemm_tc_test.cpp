@@ -7,6 +7,8 @@
 //    or a misplaced tile (each well over 1e-2) cannot hide under the looser bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -221,8 +223,9 @@ TEST_F(CudaGemmAuto, GroupedLinearTakesBf16Inputs) {
 }
 
 // Backend::linears' cuBLAS products (the default mode from kCublasMinRows rows) share one bf16 copy of x, made as
-// each product's own call would make it: every output bitwise linear()'s alone. K 520 (FP8 scale blocks cut short;
-// BF16 read in place; FP8 of 32-wide blocks) at 300 rows (all on cuBLAS) and at 8 (the GEMVs: the shared launches).
+// each product's own call would make it: every output bitwise linear()'s alone. Those may write BF16 outs. K 520 (FP8
+// scale blocks cut short; BF16 read in place; FP8 of 32-wide blocks) at 300 rows (all on cuBLAS) and at 8 (the GEMVs:
+// the shared launches).
 TEST_F(CudaGemmAuto, LinearsShareTheirInputsConversion) {
     const int64_t k = 520;
     std::vector<HostWeight> hw;
@@ -243,6 +246,27 @@ TEST_F(CudaGemmAuto, LinearsShareTheirInputsConversion) {
         gpu_->linears(xd, ps);
         for (size_t i = 0; i < hw.size(); ++i)
             EXPECT_EQ(fetch(shared[i]), fetch(alone[i])) << "projection " << i << ", " << t << " rows";
+
+        // A BF16 out where the product takes bf16 inputs (cuBLAS's rows): the fp32 sums rounded once, within half a
+        // bf16 step of linear()'s f32 out (cuBLAS may pick another algorithm for it: a little more), and an error
+        // where the product's GEMV cannot write one.
+        Tensor b16 = gpu_->alloc(DType::kBF16, Shape{t, hw[0].w.rows});
+        std::vector<Backend::Projection> mixed = {{b16, &dw[0]}, {shared[1], &dw[1]}};
+        if (!gpu_->takes_bf16_inputs(t, dw[0])) {
+            EXPECT_THROW(gpu_->linears(xd, mixed), Error) << t << " rows";
+            continue;
+        }
+        gpu_->linears(xd, mixed);
+        std::vector<uint16_t> bits(static_cast<size_t>(b16.numel()));
+        gpu_->download(bits.data(), b16);
+        const std::vector<float> f = fetch(alone[0]);
+        double most = 0;
+        for (float v : f) most = std::max(most, static_cast<double>(std::fabs(v)));
+        int64_t outside = 0;
+        for (size_t j = 0; j < bits.size(); ++j)
+            outside += std::fabs(bf16_to_f32(bits[j]) - f[j]) > std::ldexp(std::fabs(f[j]), -8) + 1e-6 * most;
+        EXPECT_EQ(outside, 0) << t << " rows: bf16 outputs beyond half a step of the f32 ones";
+        EXPECT_EQ(fetch(shared[1]), fetch(alone[1])) << t << " rows: the f32 projection beside the bf16 one";
     }
 }
 

@@ -489,7 +489,7 @@ bool sparse_attention_tc_applies(int64_t d) { return d <= kMaxHeadDim; }
 // sequence, the rows only their picks).
 bool sparse_attention_tc_copies_table(int64_t nkeys, int64_t rows) { return nkeys > 0 && nkeys <= 32 * rows; }
 
-void launch_sparse_attention_tc(void* out, const float* q, const float* keys, int64_t nkeys, const int32_t* offsets,
+void launch_sparse_attention_tc(void* out, const void* q, const float* keys, int64_t nkeys, const int32_t* offsets,
                                 const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
                                 float scale, bool batch_invariant, cudaStream_t stream, AttnKeyStaging staging,
                                 const float* const* key_rows, const AttnRope* rope) {
@@ -528,7 +528,7 @@ void launch_sparse_attention_tc(void* out, const float* q, const float* keys, in
     const bool vec =
         d % 4 == 0 && reinterpret_cast<uintptr_t>(q) % 16 == 0 && reinterpret_cast<uintptr_t>(keys) % 16 == 0;
     const TcAttnParams p{static_cast<float*>(out),
-                         q,
+                         static_cast<const float*>(q),
                          keys,
                          key_rows,
                          reinterpret_cast<const __nv_bfloat16*>(tab),

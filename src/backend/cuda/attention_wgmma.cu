@@ -50,7 +50,8 @@
 // With the rotation the output may also be written in bf16 (AttnRope::out_bf16: each value rounded to nearest even,
 // as launch_to_bf16 rounds it) for a consumer that rounds its input to bf16 anyway (wo_a's cuBLAS products): at
 // V4-Flash's 16,384 rows that writes 1 GB a layer instead of 2 GB, and saves the product's 2 GB read and 1 GB write
-// of its own conversion.
+// of its own conversion. The queries may come in bf16 too (AttnRope::q_bf16: wq_b's cuBLAS product writes them so),
+// widened exactly as they are loaded: the same arithmetic from there, on half the bytes.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -109,7 +110,7 @@ constexpr int64_t kMaxItems = (int64_t{1} << 31) - (int64_t{1} << 20);
 
 struct WgAttnParams {
     void* out;                   // [T, H, 512] f32, or bf16 where out_bf16
-    const float* q;              // [T, H, 512] f32, 16-byte aligned
+    const void* q;               // [T, H, 512] f32, or bf16 where q_bf16; 16-byte aligned
     const __nv_bfloat16* table;  // [Nk, 512] bf16: the keys rounded
     const int32_t* offsets;      // [T + 1] row t attends keys indices[offsets[t] .. offsets[t + 1])
     const int32_t* indices;      // rows of the table
@@ -121,7 +122,7 @@ struct WgAttnParams {
     const float2* rotation;  // [T, rope_pairs] (cos, sin) of each row's pairs (launch_rope_table), or null
     int rope_col0, rope_pairs;
     float eps, q_sign, out_sign;
-    bool out_bf16;
+    bool out_bf16, q_bf16;
 };
 
 __device__ __forceinline__ uint32_t sw128(int row, int piece) {
@@ -142,6 +143,14 @@ __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
 }
 __device__ __forceinline__ void st_shared_v2(uint32_t addr, uint32_t a, uint32_t b) {
     asm volatile("st.shared.v2.b32 [%0], {%1, %2};\n" ::"r"(addr), "r"(a), "r"(b) : "memory");
+}
+
+// Query elements i .. i + 3 as floats: f32 as stored, or bf16 widened (exact).
+__device__ __forceinline__ float4 load_q4(const WgAttnParams& p, int64_t i) {
+    if (!p.q_bf16) return __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p.q) + i));
+    const uint2 b = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p.q) + i));
+    return make_float4(__uint_as_float(b.x << 16), __uint_as_float(b.x & 0xffff0000u), __uint_as_float(b.y << 16),
+                       __uint_as_float(b.y & 0xffff0000u));
 }
 
 // The producer warpgroup: key tiles into the ring.
@@ -200,7 +209,7 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
     float* red_max = red;               // [2][64]: each warpgroup's tile maxima
     float* red_sum = red + 2 * kHeads;  // [round % 2][2][64]: each warpgroup's denominators
     float2* rope_tab = reinterpret_cast<float2*>(red + 6 * kHeads);  // [round % 2][pair]: the output's rotation
-    const int head0 = warp * 16 + g;    // this thread's rows: heads head0 and head0 + 8 of the item
+    const int head0 = warp * 16 + g;  // this thread's rows: heads head0 and head0 + 8 of the item
 
     float o[128];  // O [64, 256 w .. + 256]: d[4 j + v] = head head0 + 8 (v >> 1), column 256 w + 8 j + 2 c + (v & 1)
     uint32_t seen = 0;  // tiles consumed by this CTA: the ring position
@@ -225,15 +234,15 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
             const int cw = threadIdx.x / 32;  // consumer warp: heads hb + cw + 8 k
             // The rotation of this lane's last float4 of each head (columns 4 (96 + lane) ..: pairs 2 rope_vec, + 1).
             const int rope_vec = (kQVec - 1) * 32 + lane - p.rope_col0 / 4;  // >= 0: a float4 of rotated pairs
-            const float* qitem = p.q + (static_cast<int64_t>(row) * p.heads + h0) * kD + 4 * lane;
+            // element index of this lane's first value of the item's head 0
+            const int64_t qitem = (static_cast<int64_t>(row) * p.heads + h0) * kD + 4 * lane;
 #pragma unroll 1
             for (int hb = 0; hb < kHeads; hb += kConsumerWarps * kQHeads) {
                 float4 v[kQHeads][kQVec];
 #pragma unroll
                 for (int k = 0; k < kQHeads; ++k)
 #pragma unroll
-                    for (int u = 0; u < kQVec; ++u)
-                        v[k][u] = __ldg(reinterpret_cast<const float4*>(qitem + (hb + cw + 8 * k) * kD + 128 * u));
+                    for (int u = 0; u < kQVec; ++u) v[k][u] = load_q4(p, qitem + (hb + cw + 8 * k) * kD + 128 * u);
 #pragma unroll
                 for (int k = 0; k < kQHeads; ++k) {
                     const int h = hb + cw + 8 * k;
@@ -297,14 +306,18 @@ __device__ __forceinline__ void consume(const WgAttnParams& p, uint32_t qs, uint
 #pragma unroll
             for (int i = 0; i < 128; ++i) pin(o[i]);
             if (pr == npairs - 1 && item + static_cast<int>(gridDim.x) < p.rows * p.groups) {
-                // The next item's queries (128 contiguous KB) into L2 now, so that its loads wait on L2, not HBM.
+                // The next item's queries (128 contiguous KB; 64 in bf16) into L2 now, so that its loads wait on L2,
+                // not HBM.
                 const int next = item + static_cast<int>(gridDim.x);
-                const char* qn = reinterpret_cast<const char*>(
-                    p.q + (static_cast<int64_t>(next / p.groups) * p.heads + (next % p.groups) * kHeads) * kD);
+                const int qbytes = p.q_bf16 ? 2 : 4;
+                const char* qn =
+                    static_cast<const char*>(p.q) +
+                    (static_cast<int64_t>(next / p.groups) * p.heads + (next % p.groups) * kHeads) * kD * qbytes;
                 const int ct = threadIdx.x % kConsumerThreads;
 #pragma unroll
                 for (int i = 0; i < kHeads * kD * 4 / 128 / kConsumerThreads; ++i)
-                    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(qn + 128 * (ct + kConsumerThreads * i)));
+                    if (i < kHeads * kD * qbytes / 128 / kConsumerThreads)
+                        asm volatile("prefetch.global.L2 [%0];\n" ::"l"(qn + 128 * (ct + kConsumerThreads * i)));
             }
 
             // Scaled logits (-inf past the tile's keys; a copy: s stays the wgmmas' alone, or ptxas serializes them)
@@ -472,7 +485,7 @@ bool wgmma_attention_enabled() {
 }  // namespace
 
 bool sparse_attention_wgmma_applies(int64_t rows, int64_t heads, int64_t d, bool batch_invariant, bool table,
-                                    const float* q, const void* out) {
+                                    const void* q, const void* out) {
     return !batch_invariant && table && d == kD && heads > 0 && heads % kHeads == 0 &&
            rows * (heads / kHeads) >= device_sm_count() && reinterpret_cast<uintptr_t>(q) % 16 == 0 &&
            reinterpret_cast<uintptr_t>(out) % 8 == 0 && rows * (heads / kHeads) <= kMaxItems &&
@@ -483,7 +496,7 @@ bool sparse_attention_wgmma_takes_rope(int rope_dim) {
     return rope_dim > 0 && rope_dim % 4 == 0 && rope_dim <= 2 * kMaxRopePairs;
 }
 
-void launch_sparse_attention_wgmma(void* out, const float* q, const uint16_t* table, const int32_t* offsets,
+void launch_sparse_attention_wgmma(void* out, const void* q, const uint16_t* table, const int32_t* offsets,
                                    const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, float scale,
                                    cudaStream_t stream, const AttnRope* rope) {
     const int64_t items = rows * (heads / kHeads);
@@ -516,7 +529,8 @@ void launch_sparse_attention_wgmma(void* out, const float* q, const uint16_t* ta
                          rope ? rope->eps : 0.0f,
                          1.0f,
                          -1.0f,
-                         rope && rope->out_bf16};
+                         rope && rope->out_bf16,
+                         rope && rope->q_bf16};
     const int grid = static_cast<int>(std::min<int64_t>(items, device_sm_count()));
     launch_pdl(sparse_attention_wgmma_kernel, dim3(grid), dim3(kThreads), kSmemBytes, stream, p);
     if (rotation) DI_CUDA_CHECK(cudaFreeAsync(rotation, stream));

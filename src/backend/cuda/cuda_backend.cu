@@ -325,8 +325,8 @@ public:
             matmul(*lane_, out.f32() + g * r, w.rows, x.f32() + g * k, groups * k, t, d, g * r, r);
     }
     // The projections a GEMV takes share its launches (gemv_jobs()); those cuBLAS takes share one bf16 copy of x
-    // (CublasGemm::run_bf16 from the packed copy run() would make: the same calls); the others run as linear() runs
-    // them.
+    // (CublasGemm::run_bf16 from the packed copy run() would make: the same calls) and may write BF16 outs
+    // (takes_bf16_inputs); the others run as linear() runs them.
     void linears(TensorView x, const std::vector<Projection>& projections) override {
         const int64_t t = x.dim(0);
         std::vector<cuda::GemvJob> jobs;
@@ -335,6 +335,8 @@ public:
             DI_ICHECK(x.ndim() == 2 && x.dim(1) == p.w->cols && p.out.numel() == t * p.w->rows, "linears ",
                       p.w->name);
             const WeightDesc d = cuda::describe_weight(*p.w);
+            DI_CHECK(p.out.dtype() == DType::kF32 || (p.out.dtype() == DType::kBF16 && on_cublas(t, d)), "linears ",
+                     p.w->name, ": a ", dtype_name(p.out.dtype()), " output at ", t, " rows, which it cannot write");
             if (gemv_for(t, d) != Gemv::kNone)
                 jobs.push_back({p.out.f32(), p.w->rows, x.f32(), p.w->cols, d, 0, p.w->rows});
             else if (on_cublas(t, d))
@@ -342,17 +344,14 @@ public:
             else
                 matmul(*lane_, p.out.f32(), p.w->rows, x.f32(), p.w->cols, t, d, 0, p.w->rows);
         }
-        if (on_blas.size() == 1) {
-            const Projection& p = *on_blas[0];
-            matmul(*lane_, p.out.f32(), p.w->rows, x.f32(), p.w->cols, t, cuda::describe_weight(*p.w), 0, p.w->rows);
-        } else if (!on_blas.empty()) {
+        if (!on_blas.empty()) {
             const int64_t k = x.dim(1), kp = (k + 7) / 8 * 8;
             const auto op = scope(*lane_, "matmul cublas");
             const Tensor xb = alloc(DType::kBF16, Shape{t, kp});  // run()'s packed copy: zeros past column k
             cuda::launch_to_bf16(xb.as<uint16_t>(), kp, x.f32(), k, t, k, stream_);
             for (const Projection* p : on_blas)
-                lane_->gemm().run_bf16(p->out.f32(), p->w->rows, xb.as<uint16_t>(), kp, t, cuda::describe_weight(*p->w),
-                                       0, p->w->rows);
+                lane_->gemm().run_bf16(p->out.data(), p->w->rows, xb.as<uint16_t>(), kp, t,
+                                       cuda::describe_weight(*p->w), 0, p->w->rows, p->out.dtype() == DType::kBF16);
         }
         gemv_jobs(jobs.data(), jobs.size(), t, *lane_);
     }
@@ -662,18 +661,26 @@ public:
                                const AttentionRope& rope) override {
         const int64_t nkeys = key_rows.numel(), rows = q.dim(0), heads = q.dim(1), d = q.dim(2);
         DI_ICHECK(out.shape() == q.shape() && key_rows.dtype() == DType::kI64, "rotary_attention_rows shapes");
-        const bool bf16 = out.dtype() == DType::kBF16;
+        const bool bf16 = out.dtype() == DType::kBF16, q_bf16 = q.dtype() == DType::kBF16;
         DI_ICHECK(bf16 || out.dtype() == DType::kF32, "rotary_attention_rows: out must be F32 or BF16");
+        DI_ICHECK(q_bf16 || q.dtype() == DType::kF32, "rotary_attention_rows: q must be F32 or BF16");
         if (attention_applies_rope(rows, heads, d, rope.rope_dim) &&
             cuda::sparse_attention_tc_copies_table(nkeys, rows) &&
-            cuda::sparse_attention_wgmma_applies(rows, heads, d, batch_invariant_, true, q.f32(), out.data())) {
+            cuda::sparse_attention_wgmma_applies(rows, heads, d, batch_invariant_, true, q.data(), out.data())) {
             Tensor keys = alloc(DType::kF32, Shape{nkeys, d});
             gather_rows(keys.view(), key_rows);
             const auto op = profiler_->scope("sparse_attention rotary");  // the norm and both rotations included
-            const cuda::AttnRope r{rope.positions, rope.inv_freq, rope.rope_dim, rope.attention_factor, rope.eps, bf16};
-            cuda::launch_sparse_attention_tc(out.data(), q.f32(), keys.f32(), nkeys, offsets, indices, sinks, rows,
+            const cuda::AttnRope r{rope.positions, rope.inv_freq, rope.rope_dim, rope.attention_factor,
+                                   rope.eps,       bf16,          q_bf16};
+            cuda::launch_sparse_attention_tc(out.data(), q.data(), keys.f32(), nkeys, offsets, indices, sinks, rows,
                                              heads, d, scale, batch_invariant_, stream_, cuda::AttnKeyStaging::kTable,
                                              nullptr, &r);
+            return;
+        }
+        if (q_bf16) {  // widened (exactly) for the ops run apart
+            const Tensor q32 = alloc(DType::kF32, q.shape());
+            cuda::launch_from_bf16(q32.f32(), q.as<uint16_t>(), q.numel(), stream_);
+            rotary_attention_rows(out, q32.view(), key_rows, offsets, indices, sinks, scale, rope);
             return;
         }
         if (!bf16) {

@@ -175,8 +175,8 @@ void CublasGemm::run(float* out, int64_t ldc, const float* x, int64_t lda, int64
     DI_CUDA_CHECK(cudaFreeAsync(xb, stream_));  // stream-ordered: reused only after the GEMMs queued above
 }
 
-void CublasGemm::run_bf16(float* out, int64_t ldc, const uint16_t* x_bits, int64_t ldb, int64_t rows,
-                          const WeightDesc& w, int64_t w_row0, int64_t n_out) {
+void CublasGemm::run_bf16(void* out, int64_t ldc, const uint16_t* x_bits, int64_t ldb, int64_t rows,
+                          const WeightDesc& w, int64_t w_row0, int64_t n_out, bool out_bf16) {
     if (rows == 0 || n_out == 0) return;
     const int64_t k = w.cols, kp = (k + 7) / 8 * 8;
     DI_ICHECK(rows <= INT_MAX && kp <= INT_MAX && ldc <= INT_MAX && ldb <= INT_MAX && k > 0, "cuBLAS GEMM: ", rows,
@@ -208,11 +208,11 @@ void CublasGemm::run_bf16(float* out, int64_t ldc, const uint16_t* x_bits, int64
             launch_dequantize_bf16(reinterpret_cast<uint16_t*>(wb), kp, w, w_row0 + c0, nc, stream_);
         }
         // Column-major view: out^T [nc, rows] (ld ldc) = A^T . xb^T, A [nc, K] row-major = [K, nc] column-major.
-        DI_CUBLAS_CHECK(cublasGemmEx(static_cast<cublasHandle_t>(handle_), CUBLAS_OP_T, CUBLAS_OP_N,
-                                     static_cast<int>(nc), static_cast<int>(rows), static_cast<int>(k), &one, a,
-                                     CUDA_R_16BF, static_cast<int>(ld_a), xb, CUDA_R_16BF, static_cast<int>(ldb), &zero,
-                                     out + c0, CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT));
+        DI_CUBLAS_CHECK(cublasGemmEx(
+            static_cast<cublasHandle_t>(handle_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(nc),
+            static_cast<int>(rows), static_cast<int>(k), &one, a, CUDA_R_16BF, static_cast<int>(ld_a), xb, CUDA_R_16BF,
+            static_cast<int>(ldb), &zero, static_cast<uint8_t*>(out) + c0 * (out_bf16 ? 2 : 4),
+            out_bf16 ? CUDA_R_16BF : CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     }
     // Stream-ordered free: the memory is reused only after the GEMMs queued above.
     if (wb) DI_CUDA_CHECK(cudaFreeAsync(wb, stream_));

@@ -253,6 +253,12 @@ __global__ void to_bf16_kernel(__nv_bfloat16* __restrict__ xb, int64_t kp, const
         make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
 }
 
+// x [n] f32 = xb [n] bf16 bits, exactly.
+__global__ void from_bf16_kernel(float* __restrict__ x, const uint16_t* __restrict__ xb, int64_t n) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = __uint_as_float(static_cast<uint32_t>(__ldg(xb + i)) << 16);
+}
+
 // out[t, n] (row stride ldc) = sum over splits, in split order, of part[s, t, n].
 __global__ void split_sum_kernel(float* __restrict__ out, int64_t ldc, const float* __restrict__ part, int splits,
                                  int64_t rows, int64_t n_out) {
@@ -298,6 +304,12 @@ void launch_to_bf16(uint16_t* xb, int64_t kp, const float* x, int64_t lda, int64
     if (chunks == 0) return;
     to_bf16_kernel<<<static_cast<unsigned>((chunks + 255) / 256), 256, 0, stream>>>(
         reinterpret_cast<__nv_bfloat16*>(xb), kp, x, lda, rows, k, vec);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+void launch_from_bf16(float* x, const uint16_t* xb, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    from_bf16_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(x, xb, n);
     DI_CUDA_LAUNCH_CHECK();
 }
 

@@ -56,8 +56,9 @@ public:
     // The same product from activations already in bf16: xb [rows, K] bf16 bits at row stride ldb (a multiple of 8,
     // xb 16-byte aligned). Given run()'s packed copy ([rows, round_up(K, 8)], zero-padded), it computes what run()
     // does; several products of one input (Backend::linears, a grouped product's groups) can share one conversion.
-    void run_bf16(float* out, int64_t ldc, const uint16_t* xb, int64_t ldb, int64_t rows, const WeightDesc& w,
-                  int64_t w_row0, int64_t n_out);
+    // out_bf16: out holds bf16 (each fp32 sum rounded to nearest even by cuBLAS's epilogue), ldc in elements.
+    void run_bf16(void* out, int64_t ldc, const uint16_t* xb, int64_t ldb, int64_t rows, const WeightDesc& w,
+                  int64_t w_row0, int64_t n_out, bool out_bf16 = false);
 
 private:
     void* handle_ = nullptr;  // cublasHandle_t (kept opaque: this header does not include cuBLAS's)
@@ -68,6 +69,8 @@ private:
 // (kp a multiple of 8): the activations of the bf16 products, converted once.
 void launch_to_bf16(uint16_t* xb, int64_t kp, const float* x, int64_t lda, int64_t rows, int64_t k,
                     cudaStream_t stream);
+// x [n] f32 = xb [n] bf16 bits (exact).
+void launch_from_bf16(float* x, const uint16_t* xb, int64_t n, cudaStream_t stream);
 // dst [n, ld] bf16 bits = W rows row0 .. row0 + n - 1 rounded to bf16 (the cuBLAS path's dequantization; columns
 // K .. ld - 1 untouched).
 void launch_dequantize_bf16(uint16_t* dst, int64_t ld, const WeightDesc& w, int64_t row0, int64_t n,
@@ -198,13 +201,15 @@ struct AttnRope {
     int rope_dim;
     float attention_factor, eps;
     bool out_bf16 = false;  // out holds bf16 (each value rounded to nearest even), not f32
+    bool q_bf16 = false;    // q holds bf16, not f32
 };
 bool sparse_attention_tc_applies(int64_t d);
 // Whether kAuto stages from the bf16 copy for a table of nkeys rows and `rows` query rows.
 bool sparse_attention_tc_copies_table(int64_t nkeys, int64_t rows);
 // key_rows (non-null, keys null): the keys by address ([nkeys] rows of d floats, 16-byte aligned), read in place
-// (gather staging) instead of from a table. out: f32, or bf16 where rope->out_bf16.
-void launch_sparse_attention_tc(void* out, const float* q, const float* keys, int64_t nkeys, const int32_t* offsets,
+// (gather staging) instead of from a table. out: f32, or bf16 where rope->out_bf16; q: f32, or bf16 where
+// rope->q_bf16.
+void launch_sparse_attention_tc(void* out, const void* q, const float* keys, int64_t nkeys, const int32_t* offsets,
                                 const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, int64_t d,
                                 float scale, bool batch_invariant, cudaStream_t stream,
                                 AttnKeyStaging staging = AttnKeyStaging::kAuto, const float* const* key_rows = nullptr,
@@ -217,10 +222,10 @@ void launch_rope_table(float2* table, const int32_t* positions, const float* inv
 // 512 from the bf16 table copy, without splits; not in batch-invariant mode (its sums run in another order than the
 // mma.sync kernel's, which serves the decode rows). DEEPINFER_CUDA_ATTN_WGMMA=0 keeps the mma.sync kernel.
 bool sparse_attention_wgmma_applies(int64_t rows, int64_t heads, int64_t d, bool batch_invariant, bool table,
-                                    const float* q, const void* out);
+                                    const void* q, const void* out);
 // Whether it also norms and rotates the queries and rotates the output back (rope dims within a head's last 128).
 bool sparse_attention_wgmma_takes_rope(int rope_dim);
-void launch_sparse_attention_wgmma(void* out, const float* q, const uint16_t* table, const int32_t* offsets,
+void launch_sparse_attention_wgmma(void* out, const void* q, const uint16_t* table, const int32_t* offsets,
                                    const int32_t* indices, const float* sinks, int64_t rows, int64_t heads, float scale,
                                    cudaStream_t stream, const AttnRope* rope = nullptr);
 // With key_begin / key_count ([rows] I32): row t scores keys key_begin[t] .. + key_count[t] into its first

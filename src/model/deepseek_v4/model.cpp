@@ -384,9 +384,11 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // The queries on the side queue: nothing until the indexer's scores (or the attention) reads them, so their
     // projection overlaps the K=V row, the compressors and the key lists below. `side` is declared after the
     // tensors its ops use, so it joins before they are freed.
-    Tensor q = alloc(Shape{T, H, d});
-    // Where the backend's attention norms and rotates the queries itself (prefill on CUDA), q goes to it as projected.
+    // Where the backend's attention norms and rotates the queries itself (prefill on CUDA), q goes to it as projected,
+    // in bf16 where wq_b's product can write it so (the attention rounds the normed, rotated queries to bf16 anyway).
     const bool rope_in_attention = be.attention_applies_rope(T, H, d, rope.dim);
+    const bool q_bf16 = rope_in_attention && !act_quant_.quantizes(L.wq_b) && be.takes_bf16_inputs(T, L.wq_b);
+    Tensor q = be.alloc(q_bf16 ? DType::kBF16 : DType::kF32, Shape{T, H, d});
     if (L.has_indexer) iq = alloc(Shape{T, hi, di});
     SideQueue side(be);
     side.begin();
