@@ -106,7 +106,8 @@ public:
     // Whether products of `rows` rows with w round their input to bf16 first (a device's bf16 tensor-core GEMM), so
     // that grouped_linear may take that input in BF16 and its producer write it so (the result is the same, the
     // fp32 copy and its conversion saved); where it holds, linears may also write that product's out in BF16 (its
-    // fp32 sums rounded to nearest even, for a consumer that rounds them anyway). False unless a backend says so.
+    // fp32 sums rounded to nearest even: another result, for consumers content with bf16 values). False unless a
+    // backend says so.
     virtual bool takes_bf16_inputs(int64_t rows, const LinearWeight& w) const {
         (void)rows, (void)w;
         return false;

@@ -648,7 +648,7 @@ TEST_P(CudaAttention, RotaryAttentionWritesBf16) {
 
 // BF16 queries (V4's model passes them where wq_b's product writes them so) are widened exactly: bitwise the call on
 // F32 queries holding the same bf16 values, fused (420 rows; the BF16 q left as it was) or through the three ops
-// (8 rows, and every call of the tiled mode).
+// (8 rows, and every call of the tiled mode); with a BF16 output too, that call's output rounded.
 TEST_P(CudaAttention, RotaryAttentionTakesBf16Queries) {
     for (const int64_t rows : {int64_t{420}, int64_t{8}}) {
         const RotaryCall call(*this, rows, 64, 64);
@@ -668,6 +668,16 @@ TEST_P(CudaAttention, RotaryAttentionTakesBf16Queries) {
         std::vector<uint16_t> after(bits.size());
         gpu_->download(after.data(), q16);
         EXPECT_EQ(after, bits) << what << ": the bf16 queries were written";
+
+        // Both in bf16 (V4's prefill): the f32 output of the same queries, rounded.
+        Tensor both = gpu_->alloc(DType::kBF16, call.q.shape());
+        call.run_gpu(*gpu_, both, q16);
+        const std::vector<float> f = download(want);
+        std::vector<uint16_t> b(f.size());
+        gpu_->download(b.data(), both);
+        int64_t differ = 0;
+        for (size_t i = 0; i < b.size(); ++i) differ += b[i] != f32_to_bf16(f[i]);
+        EXPECT_EQ(differ, 0) << what << ": bf16 queries and output, " << differ << " values differ";
     }
 }
 

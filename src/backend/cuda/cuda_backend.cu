@@ -293,7 +293,8 @@ public:
         matmul(lane, out.f32(), w.rows, x.f32(), w.cols, t, cuda::describe_weight(w), 0, w.rows);
     }
     // A bf16 x goes to cuBLAS as it is (takes_bf16_inputs); an f32 x that cuBLAS takes is converted once for all
-    // groups, so that both forms make the same calls (the conversion a launch instead of one per group).
+    // groups, so that both forms make the same calls (the conversion a launch instead of one per group; its scratch,
+    // [T, groups x K] bf16, half of x, where each group's run() would take an eighth of it at 8 groups).
     void grouped_linear(TensorView out, TensorView x, const LinearWeight& w, int groups) override {
         const int64_t t = x.dim(0), r = w.rows / groups, k = w.cols;
         DI_ICHECK(w.rows % groups == 0 && x.numel() == t * groups * k && out.numel() == t * w.rows, "grouped_linear");
@@ -355,8 +356,9 @@ public:
         }
         gemv_jobs(jobs.data(), jobs.size(), t, *lane_);
     }
+    // K a multiple of 8: a grouped input's groups then start 16 bytes apart, as cuBLAS's bf16 operands must.
     bool takes_bf16_inputs(int64_t rows, const LinearWeight& w) const override {
-        return on_cublas(rows, cuda::describe_weight(w));
+        return w.cols % 8 == 0 && on_cublas(rows, cuda::describe_weight(w));
     }
     void quantized_linears(TensorView x, QuantSim kind, int block,
                            const std::vector<Projection>& projections) override {
@@ -663,6 +665,8 @@ public:
         DI_ICHECK(out.shape() == q.shape() && key_rows.dtype() == DType::kI64, "rotary_attention_rows shapes");
         const bool bf16 = out.dtype() == DType::kBF16, q_bf16 = q.dtype() == DType::kBF16;
         DI_ICHECK(bf16 || out.dtype() == DType::kF32, "rotary_attention_rows: out must be F32 or BF16");
+        DI_ICHECK(!bf16 || ((heads * d) % 8 == 0 && cuda::aligned16(out.data())),
+                  "rotary_attention_rows: a bf16 out needs 16-byte aligned rows of a multiple of 8 values");
         DI_ICHECK(q_bf16 || q.dtype() == DType::kF32, "rotary_attention_rows: q must be F32 or BF16");
         if (attention_applies_rope(rows, heads, d, rope.rope_dim) &&
             cuda::sparse_attention_tc_copies_table(nkeys, rows) &&
@@ -679,7 +683,10 @@ public:
         }
         if (q_bf16) {  // widened (exactly) for the ops run apart
             const Tensor q32 = alloc(DType::kF32, q.shape());
-            cuda::launch_from_bf16(q32.f32(), q.as<uint16_t>(), q.numel(), stream_);
+            {
+                const auto op = profiler_->scope("from_bf16");
+                cuda::launch_from_bf16(q32.f32(), q.as<uint16_t>(), q.numel(), stream_);
+            }
             rotary_attention_rows(out, q32.view(), key_rows, offsets, indices, sinks, scale, rope);
             return;
         }
@@ -691,7 +698,6 @@ public:
         const Tensor o = alloc(DType::kF32, out.shape());
         Backend::rotary_attention_rows(o.view(), q, key_rows, offsets, indices, sinks, scale, rope);
         const int64_t cols = heads * d;
-        DI_ICHECK(cols % 8 == 0, "rotary_attention_rows: a bf16 out needs heads x head_dim a multiple of 8");
         const auto op = profiler_->scope("to_bf16");
         cuda::launch_to_bf16(out.as<uint16_t>(), cols, o.f32(), cols, rows, cols, stream_);
     }

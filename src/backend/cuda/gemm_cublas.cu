@@ -1,11 +1,12 @@
-// Matrix products on cuBLAS for many activation rows: out [T, N] f32 = x [T, K] f32 . W^T, W rows
+// Matrix products on cuBLAS for many activation rows: out [T, N] f32 (or bf16) = x [T, K] f32 . W^T, W rows
 // w_row0 .. w_row0 + N of a weight in any stored format. cuBLAS takes no FP8 block or FP4 group scales in the
 // layout of the checkpoints, so each call
 //  - rounds x to bf16 once into a scratch [T, Kp] (Kp = K rounded up to 8: 16-byte aligned rows), unless the caller
 //    hands it over in bf16 already (run_bf16);
 //  - dequantizes the weight rows into a bf16 scratch [Nc, Kp], Nc rows at a time so that the scratch stays
 //    within kCublasScratchBytes (BF16 weights are used in place);
-//  - runs one bf16 x bf16 -> fp32 cublasGemmEx per chunk with fp32 accumulation, straight into out at ldc.
+//  - runs one bf16 x bf16 cublasGemmEx per chunk with fp32 accumulation, straight into out at ldc (fp32, or rounded
+//    to bf16 by cuBLAS's epilogue: run_bf16's out_bf16).
 // The numerics are the tensor-core kernel's (gemm_tc.cu): FP8 e4m3 and FP4 e2m1 times a power-of-two E8M0
 // scale are exact in bf16; f32 scales, f16 and f32 weights round to nearest even.
 #include <cublas_v2.h>
@@ -164,10 +165,20 @@ CublasGemm::~CublasGemm() {
     if (workspace_) cudaFree(workspace_);
 }
 
+namespace {
+// cublasGemmEx takes int sizes and leading dimensions.
+void check_gemm_sizes(int64_t rows, int64_t k, int64_t ldc, int64_t ldb) {
+    const int64_t kp = (k + 7) / 8 * 8;
+    DI_ICHECK(rows <= INT_MAX && kp <= INT_MAX && ldc <= INT_MAX && ldb <= INT_MAX && k > 0, "cuBLAS GEMM: ", rows,
+              " rows, K ", k, ", ldc ", ldc, ", ldb ", ldb, " exceed int");
+}
+}  // namespace
+
 void CublasGemm::run(float* out, int64_t ldc, const float* x, int64_t lda, int64_t rows, const WeightDesc& w,
                      int64_t w_row0, int64_t n_out) {
     if (rows == 0 || n_out == 0) return;
     const int64_t kp = (w.cols + 7) / 8 * 8;
+    check_gemm_sizes(rows, w.cols, ldc, kp);  // before the scratch is taken
     uint16_t* xb = nullptr;  // [rows, kp] bf16
     DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&xb), rows * kp * 2, stream_));
     launch_to_bf16(xb, kp, x, lda, rows, w.cols, stream_);
@@ -179,8 +190,7 @@ void CublasGemm::run_bf16(void* out, int64_t ldc, const uint16_t* x_bits, int64_
                           const WeightDesc& w, int64_t w_row0, int64_t n_out, bool out_bf16) {
     if (rows == 0 || n_out == 0) return;
     const int64_t k = w.cols, kp = (k + 7) / 8 * 8;
-    DI_ICHECK(rows <= INT_MAX && kp <= INT_MAX && ldc <= INT_MAX && ldb <= INT_MAX && k > 0, "cuBLAS GEMM: ", rows,
-              " rows, K ", k, ", ldc ", ldc, ", ldb ", ldb, " exceed int");
+    check_gemm_sizes(rows, k, ldc, ldb);
     DI_ICHECK(ldb >= k && ldb % 8 == 0 && reinterpret_cast<uintptr_t>(x_bits) % 16 == 0,
               "cuBLAS GEMM: bf16 activations need 16-byte aligned rows of at least K (", k, "), ldb ", ldb);
     const __nv_bfloat16* xb = reinterpret_cast<const __nv_bfloat16*>(x_bits);
