@@ -386,8 +386,8 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // tensors its ops use, so it joins before they are freed.
     // Where the backend's attention norms and rotates the queries itself (prefill on CUDA), q goes to it as projected,
     // in bf16 where wq_b's product can write it so: half the bytes, and the projection rounded to bf16 before the
-    // per-head norm as well as after it (the attention multiplies bf16 queries), within the bf16 paths' bounds
-    // (transformers' bf16 model holds q in bf16 there too).
+    // per-head norm as well as after it (the attention multiplies bf16 queries; transformers' bf16 model holds q in
+    // bf16 there too).
     const bool rope_in_attention = be.attention_applies_rope(T, H, d, rope.dim);
     const bool q_bf16 = rope_in_attention && !act_quant_.quantizes(L.wq_b) && be.takes_bf16_inputs(T, L.wq_b);
     Tensor q = be.alloc(q_bf16 ? DType::kBF16 : DType::kF32, Shape{T, H, d});
