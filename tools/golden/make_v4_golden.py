@@ -15,6 +15,8 @@ eviction, more CSA entries than index_topk, HCA windows closing, fp32 and bf16 w
   v4_tiny_b_bf16  bf16 weights, reference computed in bf16 (and in fp32), hc_mult 3, HCA rate 16, default RoPE
   v4_tiny_c       bf16-stored weights with an fp32 reference, 16 experts all score-routed, HCA rate 32,
                   YaRN factor 4, topk 16
+  v4_wide_attn    V4-Flash's attention shape (64 heads x 512) in a small model with a 300-token prompt: the case
+                  that reaches the GPU's prefill attention kernel (not yet made: needs a run on the GPU machine)
   v4_tiny_fp8     DeepSeek release format: legacy config keys, release tensor names, FP8 e4m3
                   linears with E8M0 128x128 block scales, packed FP4 experts with E8M0 scales per
                   32 inputs, int32 tid2eid, two shards with an index, plus MTP tensors to ignore.
@@ -130,6 +132,28 @@ CASES = {
             norm_topk_prob=True, routed_scaling_factor=1.5, swiglu_limit=10.0,
             hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6, rms_norm_eps=1e-6,
             num_nextn_predict_layers=1, hidden_act="silu", tie_word_embeddings=False,
+            bos_token_id=0, eos_token_id=1),
+    ),
+    "v4_wide_attn": dict(
+        desc="V4-Flash's attention shape (64 heads x 512, rope dim 64, 8 output groups) in a small model, with a "
+             "300-token prompt: enough rows for the GPU's prefill attention kernel (a 64-head group a row per SM), "
+             "its fused query norm and rotations and its bf16 queries and output, which the tiny cases do not "
+             "reach; sliding and CSA layers, hash routing and index_topk above the entry count (no discrete "
+             "choice for bf16 rounding to flip); bf16-stored weights, reference in fp32",
+        dtype="bf16_storage", prompt_len=300, gen_len=16, seed=5,
+        config=dict(
+            vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=1,
+            head_dim=512, q_lora_rank=32, o_groups=8, o_lora_rank=16, sliding_window=64,
+            layer_types=["sliding_attention", "compressed_sparse_attention"],
+            compress_rates={"compressed_sparse_attention": 4},
+            rope_parameters=rope_params(64, 512, 10000.0, 160000.0), partial_rotary_factor=0.125,
+            rope_theta=10000.0, compress_rope_theta=160000.0, max_position_embeddings=1024,
+            index_n_heads=16, index_head_dim=64, index_topk=128,
+            n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=32,
+            mlp_layer_types=["hash_moe", "hash_moe"], scoring_func="sqrtsoftplus",
+            norm_topk_prob=True, routed_scaling_factor=1.5, swiglu_limit=10.0,
+            hc_mult=4, hc_sinkhorn_iters=20, hc_eps=1e-6, rms_norm_eps=1e-6,
+            num_nextn_predict_layers=0, hidden_act="silu", tie_word_embeddings=False,
             bos_token_id=0, eos_token_id=1),
     ),
     "v4_tiny_fp8": dict(
