@@ -303,14 +303,10 @@ public:
         DI_CHECK(!bf16 || takes_bf16_inputs(t, w), "grouped_linear ", w.name, ": a bf16 input at ", t,
                  " rows, which this product does not take");
         if (bf16 || (on_cublas(t, d) && k % 8 == 0)) {
-            Tensor converted;
-            const uint16_t* xb = bf16 ? x.as<uint16_t>() : nullptr;
             const auto op = scope(*lane_, "matmul cublas");
-            if (!bf16) {
-                converted = alloc(DType::kBF16, Shape{t, groups * k});
-                xb = converted.as<uint16_t>();
-                cuda::launch_to_bf16(converted.as<uint16_t>(), groups * k, x.f32(), groups * k, t, groups * k, stream_);
-            }
+            Tensor converted;  // groups x K is a multiple of 8: the copy is unpadded, groups k apart as in x
+            if (!bf16) converted = bf16_copy(x.reshape(Shape{t, groups * k}));
+            const uint16_t* xb = bf16 ? x.as<uint16_t>() : converted.as<uint16_t>();
             for (int g = 0; g < groups; ++g)
                 lane_->gemm().run_bf16(out.f32() + g * r, w.rows, xb + g * k, groups * k, t, d, g * r, r);
             return;
@@ -346,15 +342,21 @@ public:
                 matmul(*lane_, p.out.f32(), p.w->rows, x.f32(), p.w->cols, t, d, 0, p.w->rows);
         }
         if (!on_blas.empty()) {
-            const int64_t k = x.dim(1), kp = (k + 7) / 8 * 8;
             const auto op = scope(*lane_, "matmul cublas");
-            const Tensor xb = alloc(DType::kBF16, Shape{t, kp});  // run()'s packed copy: zeros past column k
-            cuda::launch_to_bf16(xb.as<uint16_t>(), kp, x.f32(), k, t, k, stream_);
+            const Tensor xb = bf16_copy(x);
             for (const Projection* p : on_blas)
-                lane_->gemm().run_bf16(p->out.data(), p->w->rows, xb.as<uint16_t>(), kp, t,
+                lane_->gemm().run_bf16(p->out.data(), p->w->rows, xb.as<uint16_t>(), xb.dim(1), t,
                                        cuda::describe_weight(*p->w), 0, p->w->rows, p->out.dtype() == DType::kBF16);
         }
         gemv_jobs(jobs.data(), jobs.size(), t, *lane_);
+    }
+    // x [T, K] f32 rounded to bf16 into [T, K rounded up to 8] with zeros past K: the copy CublasGemm::run makes,
+    // for cuBLAS products that share it (run_bf16).
+    Tensor bf16_copy(TensorView x) {
+        const int64_t t = x.dim(0), k = x.dim(1), kp = (k + 7) / 8 * 8;
+        Tensor xb = alloc(DType::kBF16, Shape{t, kp});
+        cuda::launch_to_bf16(xb.as<uint16_t>(), kp, x.f32(), k, t, k, stream_);
+        return xb;
     }
     // K a multiple of 8: a grouped input's groups then start 16 bytes apart, as cuBLAS's bf16 operands must.
     bool takes_bf16_inputs(int64_t rows, const LinearWeight& w) const override {

@@ -389,8 +389,12 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // per-head norm as well as after it (the attention multiplies bf16 queries; transformers' bf16 model holds q in
     // bf16 there too).
     const bool rope_in_attention = be.attention_applies_rope(T, H, d, rope.dim);
-    const bool q_bf16 = rope_in_attention && !act_quant_.quantizes(L.wq_b) && be.takes_bf16_inputs(T, L.wq_b);
-    Tensor q = be.alloc(q_bf16 ? DType::kBF16 : DType::kF32, Shape{T, H, d});
+    // The dtype of the attention's queries and output: bf16 where the product on the other side (wq_b, wo_a) takes
+    // bf16 and the attention (its rotations inside) reads or writes it so; f32 for FP8 activations' quantization.
+    auto attention_io = [&](const LinearWeight& w) {
+        return rope_in_attention && !act_quant_.quantizes(w) && be.takes_bf16_inputs(T, w) ? DType::kBF16 : DType::kF32;
+    };
+    Tensor q = be.alloc(attention_io(L.wq_b), Shape{T, H, d});
     if (L.has_indexer) iq = alloc(Shape{T, hi, di});
     SideQueue side(be);
     side.begin();
@@ -543,10 +547,9 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
                                c.index_topk);
         }
     }
-    // o in bf16 where the attention writes it so (its rotation inside) and wo_a's products round their input to
-    // bf16 anyway: the same products, without o's fp32 copy and its conversion. FP8 activations quantize o from f32.
-    const bool o_bf16 = rope_in_attention && !act_quant_.quantizes(L.wo_a) && be.takes_bf16_inputs(T, L.wo_a);
-    Tensor o = be.alloc(o_bf16 ? DType::kBF16 : DType::kF32, Shape{T, H, d});
+    // o in bf16 where wo_a's products round their input to bf16 anyway: the same products, without o's fp32 copy and
+    // its conversion.
+    Tensor o = be.alloc(attention_io(L.wo_a), Shape{T, H, d});
     // The attention, and the output rotated back (V = K carried the rotation into it); the queries' norm and
     // rotation too where the backend applies them inside.
     const float scale = 1.0f / std::sqrt(static_cast<float>(d));
