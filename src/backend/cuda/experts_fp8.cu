@@ -48,11 +48,14 @@
 //
 // The decode of stage s + 1's A fragments runs while stage s's wgmmas do (two sets of A registers, 16 each, taking
 // turns), which takes it out of the chain below; the tokens' scales are read during the promotion instead of held
-// (32 registers).
-// UNMEASURED: the numbers below are of the version that decoded in the chain.
+// (32 registers). Measured on an H200 (CudaExpertsFp8.PrefillThroughput): 9.16-9.36 ms a layer, 529-540 TFLOP/s,
+// 1.12x the bf16 wgmma kernels. A design with no decode in the chain (the weights expanded to e4m3 smem tiles once a
+// call, bulk copies, SS wgmma; branch wip/fp8-experts-expanded) took 11.3 ms: its products alone run no faster with
+// their copies switched off, so the chain of wgmma, wait and promotion bounds both designs
+// (bench/results/prefill_fp8_experts_expanded_runs1-7_2026-12-01.txt).
 //
-// Measured on an H200 (CudaExpertsFp8.PrefillThroughput, the whole op with both quantizations): 9.7 ms = 510 TFLOP/s,
-// 1.03-1.06x the bf16 wgmma kernels (experts_wgmma.cu) on the same weights; FP8's dense peak would allow ~3 ms. What
+// The version that decoded in the chain, measured on an H200 (the whole op with both quantizations): 9.7 ms = 510
+// TFLOP/s, 1.03-1.06x the bf16 wgmma kernels (experts_wgmma.cu) on the same weights; FP8's dense peak: ~3 ms. What
 // bounds it is each stage's serial chain in a consumer warpgroup: wait for the stage, fence, decode A, 4 wgmmas, wait
 // for them, promote. A stage holds a quarter of the bf16 kernel's tensor work per warpgroup, so the chain's fixed
 // costs are not hidden: ncu (gate/up) shows the schedulers issuing 0.49 instructions a cycle with 3 warps each, 0.77
