@@ -277,14 +277,15 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
     const int wg = warp >> 2, wl = warp & 3, g = lane >> 2, c = lane & 3;
     const int arow = 16 * wl + g;
     const ExpertsFp8Ptrs& e = p.experts[t.expert];
-    int ref_idx[2], post_exp[2];
+    int ref_idx[2];
+    float post[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         int which, row;
         slice_row<kGateUp>(t.feature0, wg, arow + 8 * h, which, row);
         const int top = e.row_max[which][row];
         ref_idx[h] = kSpan - top;
-        post_exp[h] = top - 6 - 127;  // the row's 2^(ref - 127)
+        post[h] = pow2_int(top - 6 - 127);  // the row's 2^(ref - 127), 2^-133 .. 2^121
     }
     float acc[N / 2], block[N / 2];
 #pragma unroll
@@ -314,8 +315,8 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
             for (int v = 0; v < 2; ++v) {
                 const int n = 8 * j + 2 * c + v;
                 if (n < t.rows)
-                    h[static_cast<int64_t>(n) * p.out_cols] = swiglu_value(
-                        ldexpf(acc[4 * j + v], post_exp[0]), ldexpf(acc[4 * j + v + 2], post_exp[1]), p.limit);
+                    h[static_cast<int64_t>(n) * p.out_cols] =
+                        swiglu_value(__fmul_rn(acc[4 * j + v], post[0]), __fmul_rn(acc[4 * j + v + 2], post[1]), p.limit);
             }
     } else {
 #pragma unroll
@@ -326,7 +327,7 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
                 if (n < t.rows) {
                     const int64_t r = t.row0 + n;
                     float* row = p.out_rows ? p.out_rows[r] : static_cast<float*>(p.out) + r * p.out_cols;
-                    row[t.feature0 + 64 * wg + arow + 8 * (v >> 1)] = ldexpf(acc[4 * j + v], post_exp[v >> 1]);
+                    row[t.feature0 + 64 * wg + arow + 8 * (v >> 1)] = __fmul_rn(acc[4 * j + v], post[v >> 1]);
                 }
             }
     }

@@ -24,6 +24,13 @@ __device__ __forceinline__ float pow2_reciprocal(float s) {
     return e >= 255 ? 0.0f : e == 254 ? __uint_as_float(0x00400000u) : __uint_as_float((254u - e) << 23);
 }
 
+// 2^e as a float, for e in [-149, 127] (normal from -126, subnormal below): x * pow2_int(e) is ldexpf(x, e) exactly
+// (one IEEE multiplication by a power of two rounds once, as ldexpf does; overflow gives inf, NaN stays NaN), without
+// ldexpf's call and range checks.
+__device__ __forceinline__ float pow2_int(int e) {
+    return e >= -126 ? __uint_as_float(static_cast<uint32_t>(e + 127) << 23) : __uint_as_float(1u << (e + 149));
+}
+
 // x rounded to the nearest e4m3 value (ties to even), saturating at +-448; NaN stays NaN.
 __device__ __forceinline__ float round_e4m3(float x) {
     const float a = fabsf(x);
