@@ -70,11 +70,13 @@ void expect_logits_close(const float* ours, const float* ref, size_t rows, size_
     EXPECT_GE(e.within, kBf16RowsWithin) << what;
 }
 
+// v4_wide_attn has V4-Flash's attention width (64 heads x 512) and 300 rows: on CUDA, the wgmma prefill attention.
 const Case kCases[] = {
     {"v4_tiny_a", 1e-3, 1.0},
     {"v4_tiny_b_bf16", 3e-2, 0.95},
     {"v4_tiny_c", 1e-3, 1.0},
     {"v4_tiny_fp8", 1e-3, 1.0},
+    {"v4_wide_attn", 1e-3, 1.0},
 };
 
 class V4Golden : public ::testing::TestWithParam<Case> {

@@ -16,7 +16,7 @@ eviction, more CSA entries than index_topk, HCA windows closing, fp32 and bf16 w
   v4_tiny_c       bf16-stored weights with an fp32 reference, 16 experts all score-routed, HCA rate 32,
                   YaRN factor 4, topk 16
   v4_wide_attn    V4-Flash's attention shape (64 heads x 512) in a small model with a 300-token prompt: the case
-                  that reaches the GPU's prefill attention kernel (not yet made: needs a run on the GPU machine)
+                  that reaches the GPU's prefill attention kernel
   v4_tiny_fp8     DeepSeek release format: legacy config keys, release tensor names, FP8 e4m3
                   linears with E8M0 128x128 block scales, packed FP4 experts with E8M0 scales per
                   32 inputs, int32 tid2eid, two shards with an index, plus MTP tensors to ignore.
@@ -145,7 +145,7 @@ CASES = {
             vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=64, num_key_value_heads=1,
             head_dim=512, q_lora_rank=32, o_groups=8, o_lora_rank=16, sliding_window=64,
             layer_types=["sliding_attention", "compressed_sparse_attention"],
-            compress_rates={"compressed_sparse_attention": 4},
+            compress_rates={"compressed_sparse_attention": 4, "heavily_compressed_attention": 128},  # HCA's unused
             rope_parameters=rope_params(64, 512, 10000.0, 160000.0), partial_rotary_factor=0.125,
             rope_theta=10000.0, compress_rope_theta=160000.0, max_position_embeddings=1024,
             index_n_heads=16, index_head_dim=64, index_topk=128,
