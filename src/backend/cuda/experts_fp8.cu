@@ -49,7 +49,8 @@
 // The decode of stage s + 1's A fragments runs while stage s's wgmmas do (two sets of A registers, 16 each, taking
 // turns), which takes it out of the chain below; the tokens' scales are read during the promotion instead of held
 // (32 registers). Measured on an H200 (CudaExpertsFp8.PrefillThroughput): 9.16-9.36 ms a layer, 529-540 TFLOP/s,
-// 1.12x the bf16 wgmma kernels. A design with no decode in the chain (the weights expanded to e4m3 smem tiles once a
+// 1.12x the bf16 wgmma kernels; 8.74 ms (566 TFLOP/s) once the epilogue stopped calling ldexpf. Promoting stage s - 1
+// during stage s's products (a second block accumulator) was slower: 11.0 ms on the 96-row tiles it fits in. A design with no decode in the chain (the weights expanded to e4m3 smem tiles once a
 // call, bulk copies, SS wgmma; branch wip/fp8-experts-expanded) took 11.3 ms: its products alone run no faster with
 // their copies switched off, so the chain of wgmma, wait and promotion bounds both designs
 // (bench/results/prefill_fp8_experts_expanded_runs1-7_2026-12-01.txt).
