@@ -37,6 +37,7 @@
 #include "core/dtype.h"
 #include "cuda_test_support.h"
 #include "support/npy_compare.h"
+#include "support/scoped_env.h"
 
 namespace deepinfer {
 namespace {
@@ -194,6 +195,30 @@ TEST_F(CudaExpertsFp8, ModelWidthMatchesCpu) {
     check(f, {0, 129, 64}, 0.0f);
 }
 
+// B by bulk tensor copies (the default) and by the producer threads' cp.async copies
+// (DEEPINFER_CUDA_FP8_EXPERTS_TMA=0) put the same codes in every row a tile's valid columns read: bitwise the same
+// outputs and h, for runs that end in tiles of every width and a last tile reaching past R.
+TEST_F(CudaExpertsFp8, BulkTensorCopiesMatchTheCopyLoop) {
+    for (const int64_t d : {512, 4096}) {
+        const int64_t inter = d / 2;
+        const Ffns f = make_ffns(6, d, inter);
+        const std::vector<int64_t> counts = {300, 1, 0, 17, 130, 45};
+        int64_t rows = 0;
+        for (int64_t n : counts) rows += n;
+        const std::vector<float> x = randn(rows * d);
+        std::vector<float> h_tma, h_loop, loop;
+        const std::vector<float> tma = run_kernels(f, x, counts, 10.0f, &h_tma);
+        {
+            const testing_support::ScopedEnv off("DEEPINFER_CUDA_FP8_EXPERTS_TMA", "0");
+            loop = run_kernels(f, x, counts, 10.0f, &h_loop);
+        }
+        ASSERT_EQ(tma.size(), loop.size());
+        ASSERT_EQ(h_tma.size(), h_loop.size());
+        EXPECT_EQ(0, std::memcmp(tma.data(), loop.data(), tma.size() * 4)) << "D " << d << ": outputs";
+        EXPECT_EQ(0, std::memcmp(h_tma.data(), h_loop.data(), h_tma.size() * 4)) << "D " << d << ": h";
+    }
+}
+
 // The backend takes the kernels with FP8 activations: its grouped_experts is bitwise the kernels run directly.
 TEST_F(CudaExpertsFp8, BackendTakesTheKernels) {
     const Ffns f = make_ffns(6, 512, 256);
@@ -304,7 +329,16 @@ TEST_F(CudaExpertsFp8, PrefillThroughput) {
         return best;
     };
     std::vector<float> got, want;
+    double copy_loop = 0;
+    {
+        const testing_support::ScopedEnv off("DEEPINFER_CUDA_FP8_EXPERTS_TMA", "0");
+        copy_loop = time(kBlock, nullptr);
+    }
     const double fp8 = time(kBlock, &got), bf16 = time(0, nullptr);
+    std::printf(
+        "  FP8 experts with B by the producer threads' cp.async (DEEPINFER_CUDA_FP8_EXPERTS_TMA=0): %.2f ms "
+        "(%.0f TFLOP/s)\n",
+        copy_loop * 1e3, flop / copy_loop * 1e-12);
     gpu_->upload(xd, x.data());
     gpu_->grouped_experts(xd, counts, w1, w3, w2, 0.0f, kBlock);  // without the clamp (see the header)
     got.resize(rows * d);

@@ -26,9 +26,10 @@
 // interleave W1 and W3 rows so that a lane's fragment rows g and g + 8 are the gate and up rows of one feature: row r
 // of slice s is feature f0 + 32 s + 8 (r / 16) + r % 8, of W1 where r % 16 < 8, else of W3. Down slice s: W2 rows
 // f0 + 64 s + r. The producer streams 128-k stages through an 8-deep ring guarded by mbarriers (full: the 128 producer
-// threads' cp.async arrivals; empty: the 256 consumer threads): B (up to 128 token rows x 128 e4m3 codes, K-major,
-// 128-byte swizzle: 8-row x 128-byte atoms, SBO 1024), the A slices as raw FP4 bytes (2 x 64 rows x 64 bytes), their
-// E8M0 bytes and the tokens' activation scales for the block.
+// threads' cp.async arrivals and the bytes of one bulk tensor copy; empty: the 256 consumer threads): B (up to 128
+// token rows x 128 e4m3 codes, K-major, 128-byte swizzle: 8-row x 128-byte atoms, SBO 1024; one TMA copy a stage,
+// 3.6% faster for the op than the 128 threads' cp.async, which DEEPINFER_CUDA_FP8_EXPERTS_TMA=0 keeps), the A slices
+// as raw FP4 bytes (2 x 64 rows x 64 bytes), their E8M0 bytes and the tokens' activation scales for the block.
 //
 // A fragments and the k order. The wgmma m64nNk32 A fragment of an 8-bit type holds for lane 4 g + c: a0 = row g,
 // k 4c .. 4c + 3; a1 = row g + 8, same k; a2 = row g, k 16 + 4c ..; a3 = row g + 8, k 16 + 4c .. (one byte each, k
@@ -50,9 +51,10 @@
 // turns), which takes it out of the chain below; the tokens' scales are read during the promotion instead of held
 // (32 registers). Measured on an H200 (CudaExpertsFp8.PrefillThroughput): 9.16-9.36 ms a layer, 529-540 TFLOP/s,
 // 1.12x the bf16 wgmma kernels; 8.74 ms (566 TFLOP/s) once the epilogue stopped calling ldexpf. Promoting stage s - 1
-// during stage s's products (a second block accumulator) was slower: 11.0 ms on the 96-row tiles it fits in. A design with no decode in the chain (the weights expanded to e4m3 smem tiles once a
-// call, bulk copies, SS wgmma; branch wip/fp8-experts-expanded) took 11.3 ms: its products alone run no faster with
-// their copies switched off, so the chain of wgmma, wait and promotion bounds both designs
+// during stage s's products (a second block accumulator) was slower: 11.0 ms on the 96-row tiles it fits in. A design
+// with no decode in the chain (the weights expanded to e4m3 smem tiles once a call, bulk copies, SS wgmma; branch
+// wip/fp8-experts-expanded) took 11.3 ms: its products alone run no faster with their copies switched off, so the
+// chain of wgmma, wait and promotion bounds both designs
 // (bench/results/prefill_fp8_experts_expanded_runs1-7_2026-12-01.txt).
 //
 // The version that decoded in the chain, measured on an H200 (the whole op with both quantizations): 9.7 ms = 510
@@ -73,6 +75,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -83,6 +86,8 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_math.cuh"
+#include "backend/cuda/tma.cuh"
+#include "backend/cuda/tma.h"
 #include "backend/cuda/wgmma_common.cuh"
 #include "deepinfer/error.h"
 
@@ -133,6 +138,9 @@ static_assert(k8perm(4 * 5) + 3 == k8perm(4 * 5 + 3), "a lane's 4 stored positio
 using Tile = ExpertTile;  // rows 1..kMaxN
 using PlanHeader = ExpertTilesHeader;
 struct Params {
+    // B's codes by the bulk tensor copy (when tma): boxes of 128, 64, 32 and 16 rows x 128 bytes of act (tile widths)
+    CUtensorMap act_map[4];
+    bool tma;
     const Tile* tiles;
     int num_tiles;
     const ExpertsFp8Ptrs* experts;
@@ -152,11 +160,19 @@ __device__ __forceinline__ void slice_row(int f0, int s, int r, int& which, int&
     row = kGateUp ? f0 + 32 * s + 8 * (r >> 4) + (r & 7) : f0 + 64 * s + r;
 }
 
-// The producer: fixed roles per thread pt across stages. B: 16-byte chunk kc = pt % 8 of rows n0 + 16 j (n0 = pt / 8),
-// stored under the 128-byte swizzle (chunk kc ^ (n % 8), where n % 8 = n0 % 8 for every j); rows past the run are
-// zero-filled from a valid address. A: chunk ch = pt % 4 of rows r0 = pt / 4 and r0 + 32 of both slices (r0 + 32 is
-// 16 features, or 32 rows, past r0 in the same matrix). E8M0 bytes: row pt % 64 of slice pt / 64. Activation scales:
-// the tile's token pt.
+// Params::act_map's index for a tile width (128, 64, 32, 16).
+__host__ __device__ constexpr int map_of_width(int width) {
+    return width == 128 ? 0 : width == 64 ? 1 : width == 32 ? 2 : 3;
+}
+constexpr int kMapWidths[4] = {128, 64, 32, 16};
+
+// The producer: fixed roles per thread pt across stages. B: with p.tma, thread 0 copies the tile's n_load rows with
+// one bulk tensor copy (the map's 128-byte swizzle is the operand's; rows past the run are the next runs' rows or, past
+// R, zeros: their output columns are never stored), counted on the stage's full barrier beside the cp.async arrivals;
+// else each thread 16-byte chunk kc = pt % 8 of rows n0 + 16 j (n0 = pt / 8), stored under the 128-byte swizzle (chunk
+// kc ^ (n % 8), where n % 8 = n0 % 8 for every j), rows past the run zero-filled from a valid address. A: chunk
+// ch = pt % 4 of rows r0 = pt / 4 and r0 + 32 of both slices (r0 + 32 is 16 features, or 32 rows, past r0 in the same
+// matrix). E8M0 bytes: row pt % 64 of slice pt / 64. Activation scales: the tile's token pt.
 template <bool kGateUp>
 __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_load, uint32_t ring, uint32_t bars,
                                         unsigned it) {
@@ -186,11 +202,18 @@ __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_lo
         const unsigned s = it + kb, st = s % kStages;
         mbar_wait(bars + 8 * (kStages + st), ((s / kStages) & 1) ^ 1);  // the first round passes at once
         const uint32_t sb = ring + st * kStageBytes;
+        if (p.tma) {
+            if (pt == 0) {
+                tma::mbar_expect_tx(bars + 8 * st, static_cast<uint32_t>(n_load) * kBK);
+                tma::load_2d(sb, &p.act_map[map_of_width(n_load)], kb * kBK, t.row0, bars + 8 * st);
+            }
+        } else {
 #pragma unroll 1
-        for (int n = n0; n < n_load; n += 16) {
-            const bool valid = n < t.rows;
-            mma::cp_async16(sb + b_dst + (n - n0) * 128, b_src + (valid ? static_cast<int64_t>(n) * k : 0),
-                            valid ? 16 : 0);
+            for (int n = n0; n < n_load; n += 16) {
+                const bool valid = n < t.rows;
+                mma::cp_async16(sb + b_dst + (n - n0) * 128, b_src + (valid ? static_cast<int64_t>(n) * k : 0),
+                                valid ? 16 : 0);
+            }
         }
 #pragma unroll
         for (int sl = 0; sl < kWgs; ++sl) {
@@ -316,8 +339,8 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
             for (int v = 0; v < 2; ++v) {
                 const int n = 8 * j + 2 * c + v;
                 if (n < t.rows)
-                    h[static_cast<int64_t>(n) * p.out_cols] =
-                        swiglu_value(__fmul_rn(acc[4 * j + v], post[0]), __fmul_rn(acc[4 * j + v + 2], post[1]), p.limit);
+                    h[static_cast<int64_t>(n) * p.out_cols] = swiglu_value(
+                        __fmul_rn(acc[4 * j + v], post[0]), __fmul_rn(acc[4 * j + v + 2], post[1]), p.limit);
             }
     } else {
 #pragma unroll
@@ -336,7 +359,7 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
 
 // Persistent: CTA b takes tiles b, b + gridDim.x, ...; the ring and its barrier phases run on across tiles.
 template <bool kGateUp>
-__global__ void __launch_bounds__(kThreads, 1) experts_fp8_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1) experts_fp8_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     __trap();  // built for another architecture: experts_fp8_shapes_ok() keeps callers away
 #else
@@ -433,6 +456,20 @@ void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream) {
     DI_CUDA_LAUNCH_CHECK();
 }
 
+// DEEPINFER_CUDA_FP8_EXPERTS_TMA=0 keeps B on the producer threads' cp.async copies (read at each call).
+bool bulk_tensor_copies() {
+    const char* v = std::getenv("DEEPINFER_CUDA_FP8_EXPERTS_TMA");
+    return !(v && std::strcmp(v, "0") == 0);
+}
+
+// B's bulk tensor copies over act [rows, k] codes, one map a tile width.
+void set_act_maps(Params& p, const uint8_t* act, int64_t rows, int64_t k) {
+    if (!p.tma) return;
+    for (int i = 0; i < 4; ++i)
+        p.act_map[i] = tma_rows_swizzle128(act, static_cast<uint64_t>(rows), static_cast<uint64_t>(k),
+                                           static_cast<uint32_t>(kMapWidths[i]), kBK);
+}
+
 void launch_quantize(uint8_t* q, float* s, const float* x, const float* const* in_rows, int64_t rows, int64_t k,
                      cudaStream_t stream) {
     const int64_t threads = rows * (k / kBK) * 32;
@@ -519,6 +556,8 @@ void launch_grouped_experts_fp8(float* x, int64_t rows, const std::vector<uint8_
     Params p{};
     p.experts = static_cast<const ExpertsFp8Ptrs*>(device_table);
     p.tiles = reinterpret_cast<const Tile*>(tiles);
+    p.tma = bulk_tensor_copies();
+    set_act_maps(p, xq, rows, d);
     p.act = xq;
     p.act_scale = sx;
     p.rows = rows;
@@ -530,6 +569,7 @@ void launch_grouped_experts_fp8(float* x, int64_t rows, const std::vector<uint8_
 
     launch_quantize(hq, sh, h, nullptr, rows, inter, stream);
     p.tiles = reinterpret_cast<const Tile*>(tiles + header.tiles1 * sizeof(Tile));
+    set_act_maps(p, hq, rows, inter);
     p.act = hq;
     p.act_scale = sh;
     p.out = x;
