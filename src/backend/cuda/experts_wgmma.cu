@@ -18,11 +18,12 @@
 // barrier phases run on across a CTA's tiles: +7% over one CTA a tile). The producer streams stages of 128 k through a
 // 4-deep ring guarded by mbarriers (full: cp.async.mbarrier.arrive.noinc of the 128 producer threads; empty:
 // the 256 consumer threads): the B tile (N rows x 128 k bf16, K-major, 128-byte swizzle: two 64-wide column
-// blocks of 8-row x 128-byte atoms, SBO 1024) and the A slices as raw FP4 bytes (4 x 64 rows x 64 bytes) plus
-// their E8M0 bytes. Why FP4 through shared memory rather than straight from global into registers: the stage
-// ring then hides the L2/HBM latency of both operands with no register prefetch buffers (the consumers already
-// hold 128 accumulators), the weight bytes per stage are a third of the activation bytes (16 KB vs 32 KB) and
-// each consumer lane reads its 16-byte chunk once (conflict-free ld.shared.v4) and decodes it once.
+// blocks of 8-row x 128-byte atoms, SBO 1024; at prefill two bulk tensor copies (TMA) by one producer thread, whose
+// bytes the full barrier also counts, unless DEEPINFER_CUDA_EXPERTS_TMA=0) and the A slices as raw FP4 bytes (4 x 64
+// rows x 64 bytes) plus their E8M0 bytes. Why FP4 through shared memory rather than straight from global into
+// registers: the stage ring then hides the L2/HBM latency of both operands with no register prefetch buffers (the
+// consumers already hold 128 accumulators), the weight bytes per stage are a third of the activation bytes (16 KB vs 32
+// KB) and each consumer lane reads its 16-byte chunk once (conflict-free ld.shared.v4) and decodes it once.
 //
 // A fragments and the k permutation. In a 128-k stage, lane 4 g + c of a warp reads for its rows g and g + 8
 // the 16-byte chunk c (k 32 c .. 32 c + 31: one whole scale group) and decodes it one 32-bit word (8 codes) at a
@@ -120,6 +121,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/bf16_mma.cuh"
@@ -129,6 +131,8 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/quant_math.cuh"
+#include "backend/cuda/tma.cuh"
+#include "backend/cuda/tma.h"
 #include "backend/cuda/wgmma_common.cuh"
 #include "deepinfer/error.h"
 
@@ -219,6 +223,13 @@ struct Params {
     bool h_f32;   // gate/up: h written as f32 [R, out_cols] in natural column order, for quantize_h_kernel
 };
 
+// Prefill's B by the bulk tensor copy: boxes of 128, 64, 32 and 16 rows x 128 bytes of Params::act seen as bytes
+// [R, 2 k] (a copy a 64-wide column block of a stage), one map a tile width (map_of_width). A kernel parameter of its
+// own (experts_wgmma_tma_kernel), so that the kernels without it keep their parameters and registers.
+struct ActMaps {
+    CUtensorMap map[4];
+};
+
 // ---- the kernels ----------------------------------------------------------------------------------------------
 
 // The accumulators hold the products times 2^-kAccExp (see "FP4 -> bf16" in the header).
@@ -271,6 +282,12 @@ __device__ __forceinline__ void slice_row(const ExpertPtrs& e, int f0, int sl, i
     scale = e.scale[which] + row * (k / 32);
 }
 
+// Params::act_map's index for a tile width (128, 64, 32, 16), and the widths in that order.
+__host__ __device__ constexpr int map_of_width(int width) {
+    return width == 128 ? 0 : width == 64 ? 1 : width == 32 ? 2 : 3;
+}
+constexpr int kMapWidths[4] = {128, 64, 32, 16};
+
 // A producer thread's roles for the scales and B (both produce functions). Scales: row s_row = pt % 64 of slices
 // s_sl = pt / 64 and s_sl + 2 (4 bytes a stage), stored at s_dst of a stage. B: rows n = n0 + 8 j, 16-byte chunk kc
 // (8 stored columns) -> column block kc / 8, atom row n, chunk (kc % 8) ^ (n % 8), where n % 8 = n0 % 8 for every j,
@@ -298,8 +315,8 @@ __device__ __forceinline__ StageRoles stage_roles(const Params& p, const Tile& t
 // says; W chunk ch = pt % 4 of rows r0 = pt / 4 and r0 + 32 of every slice. Pointers advance with the stage instead of
 // being recomputed (and hoisted) per copy.
 template <bool kGateUp, class R>
-__device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_load, uint32_t ring, uint32_t bars,
-                                        int it) {
+__device__ __forceinline__ void produce(const Params& p, const CUtensorMap* maps, const Tile& t, int n_load,
+                                        uint32_t ring, uint32_t bars, int it) {
     static_assert(!R::kPair && R::kWgs == 2 && kProducerThreads == 128 && kSlices == 4 && kSliceRows == 64, "roles");
     const int pt = threadIdx.x - R::kConsumerThreads;  // 0 .. kProducerThreads - 1
     const ExpertPtrs& e = p.experts[t.expert];
@@ -323,10 +340,19 @@ __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_lo
         const int st = (it + kb) % R::kStages;
         mbar_wait(bars + 8 * (R::kBars + st), (((it + kb) / R::kStages) & 1) ^ 1);  // the first round passes at once
         const uint32_t sb = ring + st * R::kStageBytes;
+        if (maps) {  // thread 0: both column blocks, counted on the full barrier beside the cp.async arrivals
+            if (pt == 0) {
+                const CUtensorMap* map = &maps[map_of_width(n_load)];
+                tma::mbar_expect_tx(bars + 8 * st, static_cast<uint32_t>(n_load) * 256);
+                tma::load_2d(sb, map, kb * 256, t.row0, bars + 8 * st);
+                tma::load_2d(sb + R::kColBlockBytes, map, kb * 256 + 128, t.row0, bars + 8 * st);
+            }
+        } else {
 #pragma unroll 1
-        for (int n = n0; n < n_load; n += 8) {
-            const bool valid = n < t.rows;
-            mma::cp_async16(sb + b_dst + (n - n0) * 128, b_src + (valid ? n * k : 0), valid ? 16 : 0);
+            for (int n = n0; n < n_load; n += 8) {
+                const bool valid = n < t.rows;
+                mma::cp_async16(sb + b_dst + (n - n0) * 128, b_src + (valid ? n * k : 0), valid ? 16 : 0);
+            }
         }
 #pragma unroll
         for (int sl = 0; sl < kSlices; ++sl) {
@@ -605,8 +631,9 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... (consecutive tiles run at the same time on neighbouring
 // CTAs); the stage ring and its barrier phases continue from tile to tile, so the producer loads the next tile
 // while the consumers finish this one.
+// maps: prefill's B by bulk tensor copies (ActMaps), or null (cp.async).
 template <bool kGateUp, class R>
-__global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Params p) {
+__device__ __forceinline__ void run_tiles(const Params& p, const CUtensorMap* maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     __trap();  // built for another architecture: grouped_experts_wgmma_applies() keeps callers away
 #else
@@ -627,7 +654,7 @@ __global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Par
             if constexpr (R::kPair) {
                 produce_pairs<kGateUp, R>(p, t, tile_width(t.rows), ring, bars, it);
             } else {
-                produce<kGateUp, R>(p, t, tile_width(t.rows), ring, bars, it);
+                produce<kGateUp, R>(p, maps, t, tile_width(t.rows), ring, bars, it);
             }
         }
         mma::cp_async_wait_all();
@@ -654,6 +681,17 @@ __global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Par
         }
     }
 #endif
+}
+
+template <bool kGateUp, class R>
+__global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Params p) {
+    run_tiles<kGateUp, R>(p, nullptr);
+}
+// The same with prefill's B by bulk tensor copies (maps: a parameter, where the copies may read it).
+template <bool kGateUp, class R>
+__global__ void __launch_bounds__(R::kThreads, 1)
+    experts_wgmma_tma_kernel(const Params p, const __grid_constant__ ActMaps maps) {
+    run_tiles<kGateUp, R>(p, maps.map);
 }
 
 // xb [rows, k] bf16 bits = x rounded to nearest even, stored column q of each 128-block = real column kperm(q).
@@ -815,14 +853,39 @@ int plan_smem_bytes(int num_experts) { return (kPlanWarps + 3) * (num_experts + 
 static_assert((kPlanWarps + 3) * (kRoutedWgmmaMaxExperts + 1) * 4 <= 48 * 1024, "the plan kernel's shared memory");
 
 // `tiles` tiles, or at most that many when p.tile_count holds their number on the device; one CTA per SM at most.
+// DEEPINFER_CUDA_EXPERTS_TMA=0 keeps prefill's B on the producer threads' cp.async copies (read at each call).
+bool bulk_tensor_copies() {
+    const char* v = std::getenv("DEEPINFER_CUDA_EXPERTS_TMA");
+    return !(v && std::strcmp(v, "0") == 0);
+}
+
+// B's bulk tensor copies over act [rows, k] bf16, one map a tile width.
+ActMaps act_maps(const uint16_t* act, int64_t rows, int64_t k) {
+    ActMaps m;
+    for (int i = 0; i < 4; ++i)
+        m.map[i] = tma_rows_swizzle128(act, static_cast<uint64_t>(rows), static_cast<uint64_t>(2 * k),
+                                       static_cast<uint32_t>(kMapWidths[i]), 128);
+    return m;
+}
+
+// maps (non-null, prefill's ring only): B by bulk tensor copies.
 template <bool kGateUp, class R>
-void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream) {
-    static std::atomic<uint64_t> configured{0};
+void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream, const ActMaps* maps = nullptr) {
+    static std::atomic<uint64_t> configured{0}, configured_tma{0};
     allow_smem(experts_wgmma_kernel<kGateUp, R>, R::kSmemBytes, configured);
     if (tiles == 0) return;
     Params q = p;
     q.num_tiles = static_cast<int>(tiles);
     const int grid = static_cast<int>(std::min<int64_t>(tiles, device_sm_count()));
+    if constexpr (std::is_same_v<R, PrefillRing>) {
+        if (maps) {
+            allow_smem(experts_wgmma_tma_kernel<kGateUp, R>, R::kSmemBytes, configured_tma);
+            launch_pdl(experts_wgmma_tma_kernel<kGateUp, R>, grid, R::kThreads, R::kSmemBytes, stream, q, *maps);
+            DI_CUDA_LAUNCH_CHECK();
+            return;
+        }
+    }
+    DI_ICHECK(!maps, "experts_wgmma: bulk tensor copies on a decode ring");
     launch_pdl(experts_wgmma_kernel<kGateUp, R>, grid, R::kThreads, R::kSmemBytes, stream, q);
     DI_CUDA_LAUNCH_CHECK();
 }
@@ -927,6 +990,8 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
                rows, static_cast<int>(d));
     DI_CUDA_LAUNCH_CHECK();
 
+    const bool tma = bulk_tensor_copies();
+    ActMaps maps;
     Params p{};
     p.experts = reinterpret_cast<const ExpertPtrs*>(table + b1 + b2);
     p.tiles = reinterpret_cast<const Tile*>(table);
@@ -935,15 +1000,17 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
     p.k = static_cast<int>(d);
     p.out_cols = static_cast<int>(inter);
     p.limit = swiglu_limit;
-    launch_tiles<true, PrefillRing>(p, header.tiles1, stream);
+    if (tma) maps = act_maps(xb, rows, d);
+    launch_tiles<true, PrefillRing>(p, header.tiles1, stream, tma ? &maps : nullptr);
 
     p.tiles = reinterpret_cast<const Tile*>(table + b1);
+    if (tma) maps = act_maps(h, rows, inter);
     p.act = h;
     p.out = x;
     p.out_rows = out_rows;
     p.k = static_cast<int>(inter);
     p.out_cols = static_cast<int>(d);
-    launch_tiles<false, PrefillRing>(p, header.tiles2, stream);
+    launch_tiles<false, PrefillRing>(p, header.tiles2, stream, tma ? &maps : nullptr);
 
     DI_CUDA_CHECK(cudaFreeAsync(h, stream));
     DI_CUDA_CHECK(cudaFreeAsync(xb, stream));
