@@ -75,7 +75,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -138,8 +137,7 @@ static_assert(k8perm(4 * 5) + 3 == k8perm(4 * 5 + 3), "a lane's 4 stored positio
 using Tile = ExpertTile;  // rows 1..kMaxN
 using PlanHeader = ExpertTilesHeader;
 struct Params {
-    // B's codes by the bulk tensor copy (when tma): boxes of 128, 64, 32 and 16 rows x 128 bytes of act (tile widths)
-    CUtensorMap act_map[4];
+    TileWidthMaps act_maps;  // B's codes by the bulk tensor copy (when tma): 128-byte boxes of act
     bool tma;
     const Tile* tiles;
     int num_tiles;
@@ -159,12 +157,6 @@ __device__ __forceinline__ void slice_row(int f0, int s, int r, int& which, int&
     which = kGateUp ? (r >> 3) & 1 : 2;
     row = kGateUp ? f0 + 32 * s + 8 * (r >> 4) + (r & 7) : f0 + 64 * s + r;
 }
-
-// Params::act_map's index for a tile width (128, 64, 32, 16).
-__host__ __device__ constexpr int map_of_width(int width) {
-    return width == 128 ? 0 : width == 64 ? 1 : width == 32 ? 2 : 3;
-}
-constexpr int kMapWidths[4] = {128, 64, 32, 16};
 
 // The producer: fixed roles per thread pt across stages. B: with p.tma, thread 0 copies the tile's n_load rows with
 // one bulk tensor copy (the map's 128-byte swizzle is the operand's; rows past the run are the next runs' rows or, past
@@ -205,7 +197,7 @@ __device__ __forceinline__ void produce(const Params& p, const Tile& t, int n_lo
         if (p.tma) {
             if (pt == 0) {
                 tma::mbar_expect_tx(bars + 8 * st, static_cast<uint32_t>(n_load) * kBK);
-                tma::load_2d(sb, &p.act_map[map_of_width(n_load)], kb * kBK, t.row0, bars + 8 * st);
+                tma::load_2d(sb, &p.act_maps.map[tma::tile_width_map(n_load)], kb * kBK, t.row0, bars + 8 * st);
             }
         } else {
 #pragma unroll 1
@@ -456,18 +448,9 @@ void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream) {
     DI_CUDA_LAUNCH_CHECK();
 }
 
-// DEEPINFER_CUDA_FP8_EXPERTS_TMA=0 keeps B on the producer threads' cp.async copies (read at each call).
-bool bulk_tensor_copies() {
-    const char* v = std::getenv("DEEPINFER_CUDA_FP8_EXPERTS_TMA");
-    return !(v && std::strcmp(v, "0") == 0);
-}
-
-// B's bulk tensor copies over act [rows, k] codes, one map a tile width.
+// B's bulk tensor copies over act [rows, k] codes (when p.tma).
 void set_act_maps(Params& p, const uint8_t* act, int64_t rows, int64_t k) {
-    if (!p.tma) return;
-    for (int i = 0; i < 4; ++i)
-        p.act_map[i] = tma_rows_swizzle128(act, static_cast<uint64_t>(rows), static_cast<uint64_t>(k),
-                                           static_cast<uint32_t>(kMapWidths[i]), kBK);
+    if (p.tma) p.act_maps = tma_tile_width_maps(act, static_cast<uint64_t>(rows), static_cast<uint64_t>(k), kBK);
 }
 
 void launch_quantize(uint8_t* q, float* s, const float* x, const float* const* in_rows, int64_t rows, int64_t k,
@@ -556,7 +539,7 @@ void launch_grouped_experts_fp8(float* x, int64_t rows, const std::vector<uint8_
     Params p{};
     p.experts = static_cast<const ExpertsFp8Ptrs*>(device_table);
     p.tiles = reinterpret_cast<const Tile*>(tiles);
-    p.tma = bulk_tensor_copies();
+    p.tma = tma_switch_on("DEEPINFER_CUDA_FP8_EXPERTS_TMA");  // 0: B on the producer threads' cp.async
     set_act_maps(p, xq, rows, d);
     p.act = xq;
     p.act_scale = sx;

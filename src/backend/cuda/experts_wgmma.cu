@@ -223,12 +223,9 @@ struct Params {
     bool h_f32;   // gate/up: h written as f32 [R, out_cols] in natural column order, for quantize_h_kernel
 };
 
-// Prefill's B by the bulk tensor copy: boxes of 128, 64, 32 and 16 rows x 128 bytes of Params::act seen as bytes
-// [R, 2 k] (a copy a 64-wide column block of a stage), one map a tile width (map_of_width). A kernel parameter of its
-// own (experts_wgmma_tma_kernel), so that the kernels without it keep their parameters and registers.
-struct ActMaps {
-    CUtensorMap map[4];
-};
+// Prefill's B by the bulk tensor copy: TileWidthMaps (tma.h) of 128-byte boxes over Params::act seen as bytes [R, 2 k]
+// (a copy a 64-wide column block of a stage). A kernel parameter of its own (experts_wgmma_tma_kernel), so that the
+// kernels without it keep their parameters and registers.
 
 // ---- the kernels ----------------------------------------------------------------------------------------------
 
@@ -281,12 +278,6 @@ __device__ __forceinline__ void slice_row(const ExpertPtrs& e, int f0, int sl, i
     data = e.data[which] + row * (k / 2);
     scale = e.scale[which] + row * (k / 32);
 }
-
-// Params::act_map's index for a tile width (128, 64, 32, 16), and the widths in that order.
-__host__ __device__ constexpr int map_of_width(int width) {
-    return width == 128 ? 0 : width == 64 ? 1 : width == 32 ? 2 : 3;
-}
-constexpr int kMapWidths[4] = {128, 64, 32, 16};
 
 // A producer thread's roles for the scales and B (both produce functions). Scales: row s_row = pt % 64 of slices
 // s_sl = pt / 64 and s_sl + 2 (4 bytes a stage), stored at s_dst of a stage. B: rows n = n0 + 8 j, 16-byte chunk kc
@@ -342,7 +333,7 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* maps
         const uint32_t sb = ring + st * R::kStageBytes;
         if (maps) {  // thread 0: both column blocks, counted on the full barrier beside the cp.async arrivals
             if (pt == 0) {
-                const CUtensorMap* map = &maps[map_of_width(n_load)];
+                const CUtensorMap* map = &maps[tma::tile_width_map(n_load)];
                 tma::mbar_expect_tx(bars + 8 * st, static_cast<uint32_t>(n_load) * 256);
                 tma::load_2d(sb, map, kb * 256, t.row0, bars + 8 * st);
                 tma::load_2d(sb + R::kColBlockBytes, map, kb * 256 + 128, t.row0, bars + 8 * st);
@@ -631,7 +622,7 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... (consecutive tiles run at the same time on neighbouring
 // CTAs); the stage ring and its barrier phases continue from tile to tile, so the producer loads the next tile
 // while the consumers finish this one.
-// maps: prefill's B by bulk tensor copies (ActMaps), or null (cp.async).
+// maps: prefill's B by bulk tensor copies (TileWidthMaps), or null (cp.async).
 template <bool kGateUp, class R>
 __device__ __forceinline__ void run_tiles(const Params& p, const CUtensorMap* maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -690,7 +681,7 @@ __global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Par
 // The same with prefill's B by bulk tensor copies (maps: a parameter, where the copies may read it).
 template <bool kGateUp, class R>
 __global__ void __launch_bounds__(R::kThreads, 1)
-    experts_wgmma_tma_kernel(const Params p, const __grid_constant__ ActMaps maps) {
+    experts_wgmma_tma_kernel(const Params p, const __grid_constant__ TileWidthMaps maps) {
     run_tiles<kGateUp, R>(p, maps.map);
 }
 
@@ -852,25 +843,15 @@ __global__ void __launch_bounds__(kPlanThreads) routed_plan_kernel(const PlanArg
 int plan_smem_bytes(int num_experts) { return (kPlanWarps + 3) * (num_experts + 1) * 4; }
 static_assert((kPlanWarps + 3) * (kRoutedWgmmaMaxExperts + 1) * 4 <= 48 * 1024, "the plan kernel's shared memory");
 
+// B's bulk tensor copies over act [rows, k] bf16.
+TileWidthMaps act_maps(const uint16_t* act, int64_t rows, int64_t k) {
+    return tma_tile_width_maps(act, static_cast<uint64_t>(rows), static_cast<uint64_t>(2 * k), 128);
+}
+
 // `tiles` tiles, or at most that many when p.tile_count holds their number on the device; one CTA per SM at most.
-// DEEPINFER_CUDA_EXPERTS_TMA=0 keeps prefill's B on the producer threads' cp.async copies (read at each call).
-bool bulk_tensor_copies() {
-    const char* v = std::getenv("DEEPINFER_CUDA_EXPERTS_TMA");
-    return !(v && std::strcmp(v, "0") == 0);
-}
-
-// B's bulk tensor copies over act [rows, k] bf16, one map a tile width.
-ActMaps act_maps(const uint16_t* act, int64_t rows, int64_t k) {
-    ActMaps m;
-    for (int i = 0; i < 4; ++i)
-        m.map[i] = tma_rows_swizzle128(act, static_cast<uint64_t>(rows), static_cast<uint64_t>(2 * k),
-                                       static_cast<uint32_t>(kMapWidths[i]), 128);
-    return m;
-}
-
 // maps (non-null, prefill's ring only): B by bulk tensor copies.
 template <bool kGateUp, class R>
-void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream, const ActMaps* maps = nullptr) {
+void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream, const TileWidthMaps* maps = nullptr) {
     static std::atomic<uint64_t> configured{0}, configured_tma{0};
     allow_smem(experts_wgmma_kernel<kGateUp, R>, R::kSmemBytes, configured);
     if (tiles == 0) return;
@@ -990,8 +971,8 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
                rows, static_cast<int>(d));
     DI_CUDA_LAUNCH_CHECK();
 
-    const bool tma = bulk_tensor_copies();
-    ActMaps maps;
+    const bool tma = tma_switch_on("DEEPINFER_CUDA_EXPERTS_TMA");  // 0: B on the producer threads' cp.async
+    TileWidthMaps maps;
     Params p{};
     p.experts = reinterpret_cast<const ExpertPtrs*>(table + b1 + b2);
     p.tiles = reinterpret_cast<const Tile*>(table);

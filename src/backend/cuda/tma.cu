@@ -1,6 +1,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -41,6 +43,18 @@ CUtensorMap tma_rows_swizzle128(const void* base, uint64_t rows, uint64_t row_by
     DI_CHECK(r == CUDA_SUCCESS, "CUDA: cuTensorMapEncodeTiled failed (", static_cast<int>(r), ") for rows ", rows,
              " x ", row_bytes, " bytes, box ", box_rows, " x ", box_bytes);
     return map;
+}
+
+TileWidthMaps tma_tile_width_maps(const void* base, uint64_t rows, uint64_t row_bytes, uint32_t box_bytes) {
+    TileWidthMaps m;
+    for (int i = 0; i < 4; ++i)
+        m.map[i] = tma_rows_swizzle128(base, rows, row_bytes, static_cast<uint32_t>(kTmaTileWidths[i]), box_bytes);
+    return m;
+}
+
+bool tma_switch_on(const char* env_var) {
+    const char* v = std::getenv(env_var);
+    return !(v && std::strcmp(v, "0") == 0);
 }
 
 }  // namespace deepinfer::cuda

@@ -6,7 +6,17 @@
 
 #include <cstdint>
 
+#include "backend/cuda/tma.h"
+
 namespace deepinfer::cuda::tma {
+
+// TileWidthMaps' index of a tile width (128, 64, 32 or 16).
+__host__ __device__ constexpr int tile_width_map(int width) {
+    return width == 128 ? 0 : width == 64 ? 1 : width == 32 ? 2 : 3;
+}
+static_assert(tile_width_map(kTmaTileWidths[0]) == 0 && tile_width_map(kTmaTileWidths[1]) == 1 &&
+                  tile_width_map(kTmaTileWidths[2]) == 2 && tile_width_map(kTmaTileWidths[3]) == 3,
+              "the maps' order");
 
 // The barrier's current phase also waits for `bytes` more bytes of asynchronous copies (no arrival).
 __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {

@@ -16,4 +16,17 @@ namespace deepinfer::cuda {
 CUtensorMap tma_rows_swizzle128(const void* base, uint64_t rows, uint64_t row_bytes, uint32_t box_rows,
                                 uint32_t box_bytes);
 
+// The wgmma tile widths (token rows) a kernel's B copies come in, and one map for each over the same matrix
+// (tma_rows_swizzle128, boxes of kTmaTileWidths[i] rows x box_bytes); tma.cuh's tile_width_map picks the one for a
+// tile.
+inline constexpr int kTmaTileWidths[4] = {128, 64, 32, 16};
+struct TileWidthMaps {
+    CUtensorMap map[4];
+};
+TileWidthMaps tma_tile_width_maps(const void* base, uint64_t rows, uint64_t row_bytes, uint32_t box_bytes);
+
+// Whether bulk tensor copies an environment variable governs are on: every value but "0" (read at each call, so that
+// tests and benchmarks switch them).
+bool tma_switch_on(const char* env_var);
+
 }  // namespace deepinfer::cuda
