@@ -173,6 +173,36 @@ TEST_F(CudaExpertsWgmma, BulkTensorCopiesMatchTheCopyLoop) {
     }
 }
 
+// Prefill on 4 consumer warpgroups of one A slice each (DEEPINFER_CUDA_EXPERTS_PREFILL_WGS=4) sums every accumulator
+// over the same k steps in the same order as on 2: bitwise the same outputs, with B by bulk tensor copies and by the
+// copy loop, for runs ending in tiles of every width, at both widths, with and without SwiGLU's clamp.
+TEST_F(CudaExpertsWgmma, FourConsumerWarpgroupsMatchTwo) {
+    for (const int64_t d : {512, 4096}) {
+        const Ffns f = make_ffns(4, 6, d, d / 2, d == 512);
+        const std::vector<int64_t> counts = {300, 1, 0, 17, 130, 45};
+        int64_t rows = 0;
+        for (int64_t n : counts) rows += n;
+        const std::vector<float> x = randn(rows * d);
+        for (const char* tma : {"1", "0"}) {
+            const testing_support::ScopedEnv copies("DEEPINFER_CUDA_EXPERTS_TMA", tma);
+            for (const float limit : {10.0f, 0.0f}) {
+                std::vector<float> two, four;
+                {
+                    const testing_support::ScopedEnv wgs("DEEPINFER_CUDA_EXPERTS_PREFILL_WGS", "2");
+                    two = run_wgmma(f, x, counts, limit);
+                }
+                {
+                    const testing_support::ScopedEnv wgs("DEEPINFER_CUDA_EXPERTS_PREFILL_WGS", "4");
+                    four = run_wgmma(f, x, counts, limit);
+                }
+                ASSERT_EQ(two.size(), four.size());
+                EXPECT_EQ(0, std::memcmp(two.data(), four.data(), two.size() * 4))
+                    << "D " << d << ", TMA " << tma << ", limit " << limit;
+            }
+        }
+    }
+}
+
 // The model width, D = 4096 and I = 2048 (32 and 16 k stages, 16 feature tiles each), a few experts.
 TEST_F(CudaExpertsWgmma, ModelWidthMatchesCpu) {
     const Ffns f = make_ffns(4, 3, 4096, 2048);
@@ -273,6 +303,14 @@ TEST_F(CudaExpertsWgmma, PrefillThroughput) {
     }
     std::printf("grouped experts with B by cp.async (DEEPINFER_CUDA_EXPERTS_TMA=0): %.2f ms (%.0f TFLOP/s)\n",
                 best_loop * 1e3, flop / best_loop / 1e12);
+    for (const char* wgs : {"4", "2"}) {  // the consumer warpgroups, interleaved with the default's figure above
+        const testing_support::ScopedEnv on("DEEPINFER_CUDA_EXPERTS_PREFILL_WGS", wgs);
+        const double best = time_kernels();
+        std::printf(
+            "grouped experts on %s consumer warpgroups (DEEPINFER_CUDA_EXPERTS_PREFILL_WGS): %.2f ms (%.0f "
+            "TFLOP/s)\n",
+            wgs, best * 1e3, flop / best / 1e12);
+    }
     for (int it = 0; it < 3; ++it) {
         gpu_->upload(xd, x.data());
         gpu_->synchronize();

@@ -158,15 +158,17 @@ constexpr int kSBytes = kSlices * kSliceSBytes;      // 1024
 // and 4 stages; decode (routed_experts) tiles of up to 32 tokens, whose smaller B (8 KB a stage, not 32 KB) leaves
 // room for 8 stages: twice the weight bytes in flight per SM (see "Decode" in the header comment).
 // Batch: wgmma groups per commit batch for tiles of up to 32 tokens (see stage()). Wgs: consumer warpgroups, each
-// owning kSlices / Wgs slices (4: decode only, see "Decode" in the header comment). kPair (the 4-warpgroup rings):
+// owning kSlices / Wgs slices (4: see "Decode" in the header comment, and PrefillRing4). kPair (the 4-warpgroup
+// decode rings):
 // the stages go in pairs, each pair one slot of the ring with one full and one empty barrier, loaded together so
 // that each weight row is read as one 128-byte run (bench/results/hbm_row_segments_*: 64-byte runs, one a stage,
 // cap the HBM at ~59% of its rate; 128-byte runs reach ~96%). A tile takes a whole number of slots (an odd last
-// stage leaves its slot's second half unused).
+// stage leaves its slot's second half unused). Prefill's 4-warpgroup ring (PrefillRing4) is not paired: its B is four
+// times the weight bytes a stage, so the weight runs' length matters less than the ring's depth in slots.
 template <int MaxN, int Stages, int Batch = 1, int Wgs = 2>
 struct Ring {
     static constexpr int kMaxN = MaxN, kStages = Stages, kBatch = Batch, kWgs = Wgs;
-    static constexpr bool kPair = Wgs == 4;
+    static constexpr bool kPair = Wgs == 4 && MaxN <= 32;
     static constexpr int kBars = kPair ? kStages / 2 : kStages;  // full (and empty) barriers: one a slot
     // The ring's stage count at the end of a tile of nk stages that began at `it`.
     static __host__ __device__ constexpr int stages_after(int it, int nk) { return it + (kPair ? (nk + 1) & ~1 : nk); }
@@ -190,12 +192,16 @@ struct Ring {
     static constexpr int kRingBytes = kStages * kStageBytes;
     static constexpr int kSmemBytes = 1024 + kRingBytes + 2 * kStages * 8;  // alignment slack, ring, barriers
     static_assert(kMaxN == 32 || kMaxN == 64 || kMaxN == 128, "a wgmma width holding whole 8-row swizzle atoms");
-    static_assert(kWgs == 2 || (kWgs == 4 && kMaxN <= 32), "2 consumer warpgroups, or 4 on decode tiles");
+    static_assert(kWgs == 2 || kWgs == 4, "2 or 4 consumer warpgroups");
     static_assert(kStageBytes % 1024 == 0, "stages keep the 128-byte swizzle atoms 1024-byte aligned");
     static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory");
     static_assert(!kPair || kStages % 2 == 0, "whole slots of two stages");
 };
 using PrefillRing = Ring<128, 4>;  // 50176-byte stages
+// The same stages on 4 consumer warpgroups of one A slice each (DEEPINFER_CUDA_EXPERTS_PREFILL_WGS=4): twice the
+// consumer warps a scheduler to hide the decode and wgmma chains (ncu, run 3 of 2026-12-02: under one eligible warp
+// of three), each m64 x N accumulator on 112 registers instead of two on 232.
+using PrefillRing4 = Ring<128, 4, 1, 4>;
 // The decode rings (25600-byte stages): DEEPINFER_CUDA_EXPERTS_DECODE_BATCH = 1, 2 or 4 (default) picks the batch and
 // DEEPINFER_CUDA_EXPERTS_DECODE_WGS = 2 or 4 (default) the consumer warpgroups. Measured on an H200 (gemv_bench
 // --experts-only, 32 tokens, ~132 experts): WGS 2 / 4 at BATCH 1 913 / 834 us, BATCH 2 901 / 813, BATCH 4 878 / 792.
@@ -301,31 +307,43 @@ __device__ __forceinline__ StageRoles stage_roles(const Params& p, const Tile& t
     return r;
 }
 
-// The producer of the unpaired rings (2 consumer warpgroups; produce_pairs takes the 4-warpgroup ones). Each producer
-// thread keeps fixed roles across stages (few registers: it runs on kProducerRegs): B and the scales as stage_roles
-// says; W chunk ch = pt % 4 of rows r0 = pt / 4 and r0 + 32 of every slice. Pointers advance with the stage instead of
-// being recomputed (and hoisted) per copy.
+// The producer of the unpaired rings (prefill's, on 2 or 4 consumer warpgroups; produce_pairs takes the paired decode
+// rings). Each producer thread keeps fixed roles across stages (few registers: it runs on kProducerRegs): B and the
+// scales as stage_roles says; W chunk ch = pt % 4 of rows r0 = pt / 4 and r0 + 32 of every slice (slice_row: row
+// r0 + 32 is 32 rows past r0 of the same matrix, or 16 in a 4-warpgroup gate/up slice). Pointers advance with the
+// stage instead of being recomputed (and hoisted) per copy.
 template <bool kGateUp, class R>
 __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* maps, const Tile& t, int n_load,
                                         uint32_t ring, uint32_t bars, int it) {
-    static_assert(!R::kPair && R::kWgs == 2 && kProducerThreads == 128 && kSlices == 4 && kSliceRows == 64, "roles");
+    static_assert(!R::kPair && kProducerThreads == 128 && kSlices == 4 && kSliceRows == 64, "roles");
     const int pt = threadIdx.x - R::kConsumerThreads;  // 0 .. kProducerThreads - 1
     const ExpertPtrs& e = p.experts[t.expert];
     const int k = p.k, nk = k / kBK;
-    // W: rows r0 and r0 + 32, chunk ch, of each slice (sources: wd[sl] + w_off (+ w_half); wd advances 64 a stage).
+    // W: rows r0 and r0 + 32, chunk ch, of each slice (sources: wd[sl] (+ w_half); wd advances 64 a stage). On 2
+    // consumer warpgroups a pointer a slice (gate/up slices alternate W1 and W3); on 4 the slices are 32 (gate/up) or
+    // 64 (down) rows apart in one matrix: one pointer and that stride (the producer has 32 registers there).
+    constexpr bool kStrided = R::kWgs == 4;
+    constexpr int kPtrs = kStrided ? 1 : kSlices;
     const int ch = pt & 3, r0 = pt >> 2;
-    const uint8_t *wd[kSlices], *unused;
+    const uint8_t *wd[kPtrs], *unused;
 #pragma unroll
-    for (int sl = 0; sl < kSlices; ++sl) slice_row<kGateUp, 2>(e, t.feature0, sl, r0, k, wd[sl], unused);
-    const uint32_t w_off = static_cast<uint32_t>(ch * 16), w_half = static_cast<uint32_t>(32 * (k / 2));
+    for (int sl = 0; sl < kPtrs; ++sl) {
+        slice_row<kGateUp, R::kWgs>(e, t.feature0, sl, r0, k, wd[sl], unused);
+        wd[sl] += ch * 16;
+    }
+    const uint32_t sl_step = static_cast<uint32_t>((kGateUp ? 32 : 64) * (k / 2));
+    const int half_rows = kGateUp && kStrided ? 16 : 32;  // row r0 + 32 of a slice, rows past r0
+    const uint32_t w_half = static_cast<uint32_t>(half_rows * (k / 2));
     const uint32_t w_dst = static_cast<uint32_t>(R::kBBytes + r0 * 64 + ch * 16);
     const StageRoles roles = stage_roles<R>(p, t, pt);
     const int n0 = roles.n0;
     const uint32_t s_dst = roles.s_dst, b_dst = roles.b_dst;
     const uint16_t* b_src = roles.b_src;
-    const uint8_t *s_src0, *s_src1;  // advance 4 bytes a stage
-    slice_row<kGateUp, 2>(e, t.feature0, roles.s_sl, roles.s_row, k, unused, s_src0);
-    slice_row<kGateUp, 2>(e, t.feature0, roles.s_sl + 2, roles.s_row, k, unused, s_src1);
+    const uint8_t *s_src0, *s_src1 = nullptr;  // advance 4 bytes a stage
+    slice_row<kGateUp, R::kWgs>(e, t.feature0, roles.s_sl, roles.s_row, k, unused, s_src0);
+    if constexpr (!kStrided) slice_row<kGateUp, R::kWgs>(e, t.feature0, roles.s_sl + 2, roles.s_row, k, unused, s_src1);
+    // strided: slice s_sl + 2's row is 64 (gate/up) or 128 (down) rows past s_sl's in the same matrix
+    const uint32_t s_far = static_cast<uint32_t>((kGateUp ? 64 : 128) * (k / 32));
 #pragma unroll 1
     for (int kb = 0; kb < nk; ++kb) {
         const int st = (it + kb) % R::kStages;
@@ -347,14 +365,16 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* maps
         }
 #pragma unroll
         for (int sl = 0; sl < kSlices; ++sl) {
-            mma::cp_async16(sb + w_dst + sl * kSliceWBytes, wd[sl] + w_off, 16);
-            mma::cp_async16(sb + w_dst + sl * kSliceWBytes + 32 * 64, wd[sl] + w_off + w_half, 16);
-            wd[sl] += kBK / 2;
+            const uint8_t* src = kStrided ? wd[0] + sl * sl_step : wd[sl];
+            mma::cp_async16(sb + w_dst + sl * kSliceWBytes, src, 16);
+            mma::cp_async16(sb + w_dst + sl * kSliceWBytes + 32 * 64, src + w_half, 16);
         }
+#pragma unroll
+        for (int sl = 0; sl < kPtrs; ++sl) wd[sl] += kBK / 2;
         mma::cp_async4(sb + s_dst, s_src0);
-        mma::cp_async4(sb + s_dst + 2 * kSliceSBytes, s_src1);
+        mma::cp_async4(sb + s_dst + 2 * kSliceSBytes, kStrided ? s_src0 + s_far : s_src1);
         s_src0 += kBK / 32;
-        s_src1 += kBK / 32;
+        if constexpr (!kStrided) s_src1 += kBK / 32;
         b_src += kBK;
         cp_async_arrive_noinc(bars + 8 * st);
     }
@@ -858,7 +878,7 @@ void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream, const Til
     Params q = p;
     q.num_tiles = static_cast<int>(tiles);
     const int grid = static_cast<int>(std::min<int64_t>(tiles, device_sm_count()));
-    if constexpr (std::is_same_v<R, PrefillRing>) {
+    if constexpr (R::kMaxN == PrefillRing::kMaxN) {
         if (maps) {
             allow_smem(experts_wgmma_tma_kernel<kGateUp, R>, R::kSmemBytes, configured_tma);
             launch_pdl(experts_wgmma_tma_kernel<kGateUp, R>, grid, R::kThreads, R::kSmemBytes, stream, q, *maps);
@@ -869,6 +889,15 @@ void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream, const Til
     DI_ICHECK(!maps, "experts_wgmma: bulk tensor copies on a decode ring");
     launch_pdl(experts_wgmma_kernel<kGateUp, R>, grid, R::kThreads, R::kSmemBytes, stream, q);
     DI_CUDA_LAUNCH_CHECK();
+}
+
+// DEEPINFER_CUDA_EXPERTS_PREFILL_WGS = 2 or 4: prefill's consumer warpgroups (PrefillRing or PrefillRing4). Read per
+// call: tests switch it.
+int prefill_consumer_warpgroups() {
+    const char* var = std::getenv("DEEPINFER_CUDA_EXPERTS_PREFILL_WGS");
+    const std::string env = var ? var : "2";
+    DI_CHECK(env == "2" || env == "4", "DEEPINFER_CUDA_EXPERTS_PREFILL_WGS must be 2 or 4, not '", env, "'");
+    return env[0] - '0';
 }
 
 // Decode's gate/up (p) and down (q) launches on ring R.
@@ -982,7 +1011,12 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
     p.out_cols = static_cast<int>(inter);
     p.limit = swiglu_limit;
     if (tma) maps = act_maps(xb, rows, d);
-    launch_tiles<true, PrefillRing>(p, header.tiles1, stream, tma ? &maps : nullptr);
+    const bool four = prefill_consumer_warpgroups() == 4;
+    const TileWidthMaps* maps_arg = tma ? &maps : nullptr;
+    if (four)
+        launch_tiles<true, PrefillRing4>(p, header.tiles1, stream, maps_arg);
+    else
+        launch_tiles<true, PrefillRing>(p, header.tiles1, stream, maps_arg);
 
     p.tiles = reinterpret_cast<const Tile*>(table + b1);
     if (tma) maps = act_maps(h, rows, inter);
@@ -991,7 +1025,10 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
     p.out_rows = out_rows;
     p.k = static_cast<int>(inter);
     p.out_cols = static_cast<int>(d);
-    launch_tiles<false, PrefillRing>(p, header.tiles2, stream, tma ? &maps : nullptr);
+    if (four)
+        launch_tiles<false, PrefillRing4>(p, header.tiles2, stream, maps_arg);
+    else
+        launch_tiles<false, PrefillRing>(p, header.tiles2, stream, maps_arg);
 
     DI_CUDA_CHECK(cudaFreeAsync(h, stream));
     DI_CUDA_CHECK(cudaFreeAsync(xb, stream));
