@@ -304,6 +304,15 @@ public:
                                 const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,
                                 const std::vector<LinearWeight>& w2, int rows_per_input, float swiglu_limit,
                                 int act_block = 0);
+    // Whether routed_experts over `slots` slots (prefill-sized: more than model/moe.h's kMoeDeviceSlots) runs these
+    // experts on the kernels grouped_experts_rows would take, planned on the device: then a caller can skip the
+    // host's grouping of the slots, and with it the wait for their ids. The default: no.
+    virtual bool routed_experts_take_prefill(int64_t slots, const std::vector<LinearWeight>& w1,
+                                             const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
+                                             int act_block) {
+        (void)slots, (void)w1, (void)w3, (void)w2, (void)act_block;
+        return false;
+    }
     // Routed experts over rows grouped by expert (prefill): x [R, D] holds the rows sorted by expert, counts[e]
     // of them for expert e (sum R, zero for untouched experts); each expert's run x_e is replaced in place by
     // w2[e] . swiglu(w1[e] . x_e, w3[e] . x_e, swiglu_limit), w1 and w3 [I, D], w2 [D, I]. Every product is

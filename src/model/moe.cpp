@@ -96,14 +96,16 @@ void moe_forward(Backend& be, const MoeWeights& w, const MoeParams& p, TensorVie
         be.download(routed_ids->data(), expert);
     }
 
-    // Routed experts: their outputs land in the rows' slots of `routed` [T * K, D]. Prefill-sized steps (see
-    // below) need the expert ids on the host: their copy is queued here, and the device runs the shared expert
-    // and the router while the host groups the slots.
+    // Routed experts: their outputs land in the rows' slots of `routed` [T * K, D]. Prefill-sized steps that the
+    // backend does not plan on the device (moe.h) need the expert ids on the host: their copy is queued here, and
+    // the device runs the shared expert and the router while the host groups the slots.
     Tensor routed = be.alloc(DType::kF32, Shape{T * K, D});
     // FP8 activations quantize the routed experts' inputs too (per 128 columns of x and of the SwiGLU output), as
     // FP8 tensor cores take them; experts whose widths are not whole blocks multiply them as they are.
     const int act_block = aq.expert_block(D, w.w1.empty() ? 0 : w.w1[0].rows);
-    const bool on_device = host || (!be.batch_invariant() && T * K <= kMoeDeviceSlots);
+    const bool on_device =
+        host || (!be.batch_invariant() &&
+                 (T * K <= kMoeDeviceSlots || be.routed_experts_take_prefill(T * K, w.w1, w.w3, w.w2, act_block)));
     Tensor ids;
     if (!on_device) {
         ids = Tensor(DType::kI32, Shape{T, K});

@@ -56,7 +56,9 @@ MoeWeights load_moe(WeightLoader& w, const std::string& prefix, const MoeParams&
 // experts have that many rows. Batch-invariant mode always takes the second path (a threshold would make a row's
 // result depend on the batch size; the products there run on the tensor-core kernel without split-K, whose per-row
 // sums do not depend on the other rows). Host backends always take the first path (it computes the same products
-// there).
+// there). Backends whose routed_experts_take_prefill() says so run prefill-sized steps from the device-side routing
+// too (CUDA's wgmma experts: the same kernels and tiles as grouped_experts_rows, planned on the device), and the host
+// then neither waits for the ids nor groups them.
 constexpr int64_t kMoeDeviceSlots = 2048;
 
 // out [T, D] = sum_k weight_k * expert_k(xn) + shared(xn), in backend memory; tokens [T] I32 (backend memory)

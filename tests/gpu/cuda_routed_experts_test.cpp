@@ -12,7 +12,9 @@
 //    row, expert, k permutation or tile moves outputs by O(1);
 //  - the prefill wgmma path (grouped_experts_rows with the host's plan, the slots sorted stably by expert as
 //    moe_forward sorts them): bitwise equal while every expert has at most 32 slots (both plans then make the same
-//    tiles, rows in the same order, the same wgmma widths), else within kSameNumericsBound (wider prefill tiles).
+//    tiles, rows in the same order, the same wgmma widths), else within kSameNumericsBound (wider prefill tiles);
+//    bitwise equal at any run length above kRoutedDecodeMaxSlots slots, where routed_experts plans prefill's tiles
+//    on the device (and routed_experts_take_prefill says so).
 // Also: every slot on one expert, ids outside [0, E) (NaN rows in exactly their slots, the other rows bitwise as
 // without them), two runs bitwise equal, DEEPINFER_CUDA_DECODE_EXPERTS=linear and lists of more experts than the
 // plan takes (the default sequence, bitwise), and the profile naming the path taken; the decode kernels' variants
@@ -259,7 +261,7 @@ protected:
         EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, rows_per_input, limit, false, misaligned), got, f.d()), 0)
             << what << ": a second run";
         const std::vector<float> prefill = run_prefill_path(f, xd, ids, rows_per_input, limit);
-        if (widest <= kMaxDecodeTile)
+        if (widest <= kMaxDecodeTile || rows > cuda::kRoutedDecodeMaxSlots)
             EXPECT_EQ(rows_differing(got, prefill, f.d()), 0) << what << ": against the prefill path";
         else
             EXPECT_LE(rel_error(got, prefill), kSameNumericsBound) << what << ": against the prefill path";
@@ -338,15 +340,19 @@ TEST_F(CudaRoutedExperts, ModelWidthMatchesCpuAndLinear) {
 
 // Ids outside [0, E) (negative, E, far past it) give NaN rows in exactly their slots, as expert_linear does; the
 // other slots are bitwise what they are without the bad ones (their experts' runs hold the same slots in the same
-// order). Few and many slots, some sharing a token row with good ones, and every slot bad.
+// order). Few and many slots, some sharing a token row with good ones, and every slot bad; prefill-sized calls
+// (3,000 slots, ~2,850 good: prefill's tiles with and without the bad ones).
 TEST_F(CudaRoutedExperts, BadIdsGiveNaNRowsOnlyInTheirSlots) {
     const int64_t e = 8;
     const Ffns f = make_ffns(e, 512, 256);
     const std::vector<int32_t> few = {1, 8, -1, 1, 3, INT_MIN, 7, 1000};
-    std::vector<int32_t> many(600);
-    for (size_t i = 0; i < many.size(); ++i)
-        many[i] = i % 37 == 5 ? -3 : i % 41 == 7 ? 8 : static_cast<int32_t>(rng_() % e);
-    for (const std::vector<int32_t>& ids : {few, many, std::vector<int32_t>(12, -1)}) {
+    const auto some_bad = [&](size_t n) {
+        std::vector<int32_t> ids(n);
+        for (size_t i = 0; i < n; ++i) ids[i] = i % 37 == 5 ? -3 : i % 41 == 7 ? 8 : static_cast<int32_t>(rng_() % e);
+        return ids;
+    };
+    const std::vector<int32_t> many = some_bad(600), prefill_sized = some_bad(3000);
+    for (const std::vector<int32_t>& ids : {few, many, prefill_sized, std::vector<int32_t>(12, -1)}) {
         for (int per_input : {1, 2}) {
             const int64_t rows = static_cast<int64_t>(ids.size()), d = f.d();
             const std::vector<float> x = randn(rows / per_input * d);
@@ -371,6 +377,25 @@ TEST_F(CudaRoutedExperts, BadIdsGiveNaNRowsOnlyInTheirSlots) {
                 << rows << " slots: the good ones against themselves alone";
         }
     }
+}
+
+// Prefill-sized calls (more than kRoutedDecodeMaxSlots slots) take prefill's kernels and tiles with the plan built on
+// the device: bitwise grouped_experts_rows on the host's plan (check()), within the bounds of the CPU and
+// expert_linear. D 512, I 256: 16 experts with 600 tokens x 6 (runs of ~225: two 128-row tiles and a narrower one), one
+// expert in every token's six (a run of 600), 2,049 slots of a row per input (the smallest such call), misaligned x and
+// out, both SwiGLU modes; the model width with 256 experts and 2,048 tokens x 6 (runs of ~48: 64-wide tiles). The
+// backend offers the path (routed_experts_take_prefill) only above the decode sizes and without FP8 activations.
+TEST_F(CudaRoutedExperts, PrefillSizedCallsArePlannedOnTheDevice) {
+    const Ffns f = make_ffns(16, 512, 256);
+    if (!wgmma(f)) GTEST_SKIP() << "the wgmma experts do not apply here";
+    EXPECT_TRUE(gpu_->routed_experts_take_prefill(cuda::kRoutedDecodeMaxSlots + 1, f.d1, f.d3, f.d2, 0));
+    EXPECT_FALSE(gpu_->routed_experts_take_prefill(cuda::kRoutedDecodeMaxSlots, f.d1, f.d3, f.d2, 0));
+    EXPECT_FALSE(gpu_->routed_experts_take_prefill(cuda::kRoutedDecodeMaxSlots + 1, f.d1, f.d3, f.d2, 128));
+    for (float limit : {10.0f, 0.0f}) check(f, routed_ids(600, 16, 6), 6, limit, 4096);
+    check(f, routed_ids(600, 16, 6, 5), 6, 10.0f, 4096, true);
+    check(f, random_ids(cuda::kRoutedDecodeMaxSlots + 1, 16), 1, 10.0f, 4096);
+    const Ffns g = make_ffns(256, 4096, 2048);
+    check(g, routed_ids(2048, 256, 6), 6, 10.0f, 48);
 }
 
 // DEEPINFER_CUDA_DECODE_EXPERTS=linear runs the default sequence (bitwise Backend::routed_experts), as do expert lists

@@ -904,6 +904,16 @@ public:
             out.f32(), act_block > 0 ? xq.f32() : x.f32(), expert_of_row.as<const int32_t>(), r, rows_per_input, table,
             static_cast<int>(w1.size()), d, w1[0].rows, swiglu_limit, stream_, act_block > 0);
     }
+    // Prefill-sized routed_experts run launch_grouped_experts_wgmma's kernels (prefill's rings, the same tiles) with
+    // their plan built on the device, where the wgmma experts apply; FP8 activations keep the host's grouping (their
+    // prefill kernels, experts_fp8.cu, take a host-built plan).
+    bool routed_experts_take_prefill(int64_t slots, const std::vector<LinearWeight>& w1,
+                                     const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2,
+                                     int act_block) override {
+        if (act_block != 0 || slots <= cuda::kRoutedDecodeMaxSlots || !decode_experts_wgmma_ || !wgmma_mode())
+            return false;
+        return wgmma_table(w1, expert_table(w1), expert_table(w3), expert_table(w2)) != nullptr;
+    }
     // The experts dealt to side lanes (deal_experts()), each lane running its experts' chains one after the
     // other on its own scratch, forked from and joined back into stream_.
     void grouped_experts(TensorView x, const std::vector<int64_t>& counts, const std::vector<LinearWeight>& w1,

@@ -58,8 +58,9 @@
 // Measured on an H200 (256 x 384 rows, D 4096, I 2048): 10.3 ms = 480 TFLOP/s for the op (launch 0 0.56 ms,
 // gate/up 6.6 ms = 500 TFLOP/s, down 2.9 ms = 574 TFLOP/s); the backend's dequantize + cuBLAS path 21 ms.
 //
-// Decode (launch_routed_experts_wgmma, Backend::routed_experts): the slots (tokens x top-k, each reading its token's
-// row) come with their expert ids in device memory, so one more launch builds the plan on the device
+// Decode (launch_routed_experts_wgmma, Backend::routed_experts; also prefill-sized calls, below): the slots (tokens x
+// top-k, each reading its token's row) come with their expert ids in device memory, so one more launch builds the
+// plan on the device
 // (routed_plan_kernel: a stable counting sort of the slots by expert, their row addresses, both tile lists and their
 // counts, NaN rows for ids outside [0, E)); launch 0 gathers the slots' token rows by address; the gate/up and down
 // launches run one CTA per SM (at most the bound on their tiles) and read their tile count from device memory; the
@@ -67,7 +68,12 @@
 // All four launch with programmatic dependent launch (pdl.cuh), so each one's CTAs are resident when the one before
 // ends (H200, 8-layer decode step: -0.02 / -0.03 ms at batches 8 / 32).
 // Decode tiles hold at most 32 token rows (the decode rings): B is 8 KB a stage instead of 32 KB, and 8 stages fit
-// where prefill has 4; the consumers there are 2 or 4 warpgroups (below).
+// where prefill has 4; the consumers there are 2 or 4 warpgroups (below). Calls of more than kRoutedDecodeMaxSlots
+// slots (moe_forward's prefill steps, Backend::routed_experts_take_prefill) plan prefill's 128-row tiles the same way
+// and run prefill's rings: bitwise grouped_experts_rows on the host's plan, with no wait for the ids on the host.
+// Measured on an H200 (8-layer prefill 8 x 2048, three runs of new / base / new / base): 187.8 against 189.0 ms, the
+// same within the runs' spread (the host's wait had been hidden behind the queued work), while the op itself takes
+// ~0.3 ms a layer more (the plan kernel's; see routed_plan_kernel).
 // Cost model, UNMEASURED (V4-Flash: D 4096, I 2048, 256 FP4 experts; H200: ~4.3 TB/s, 132 SMs at ~1.9 GHz):
 //  - bytes: an expert is 3 x 4 MiB of FP4 + 3 x 256 KiB of scales = 13.4 MB, read from HBM once a call (its token
 //    tiles are adjacent in the list and share it through L2). Top-6 of 256 touches ~6 / 44 / 136 / 244 experts at
@@ -744,10 +750,12 @@ __global__ void quantize_h_kernel(uint16_t* __restrict__ h, const float* __restr
             __bfloat16_as_ushort(__float2bfloat16_rn(fp8_code_float((q.codes >> (8 * i)) & 0xffu) * q.scale));
 }
 
-// ---- decode: the plan built on the device ----
+// ---- the plan built on the device (decode, and prefill-sized calls of routed_experts) ----
 
-constexpr int kPlanThreads = 256;
-constexpr int kPlanWarps = kPlanThreads / 32;
+// The plan kernel's block: 256 threads for decode's few slots, 1024 at prefill (98,304 slots at 16K tokens: each
+// warp's serial pass over its segment is the kernel's time).
+constexpr int kPlanThreads = 256, kPrefillPlanThreads = 1024;
+constexpr int plan_smem_bytes(int threads, int num_experts) { return (threads / 32 + 3) * (num_experts + 1) * 4; }
 
 struct DevicePlan {
     int* tile_count;        // [2]: gate/up tiles, down tiles
@@ -763,42 +771,96 @@ struct PlanArgs {
     const int32_t* ids;  // [rows] I32 expert of each slot
     int64_t rows, d, inter;
     int rows_per_input, num_experts;
+    int* first;  // non-null (prefill): [warps, experts + 1] where each plan warp's slots of each bucket begin
 };
+
+constexpr int kPlanAhead = 8;  // groups of 32 slots whose ids a warp loads before it ranks them
+
+// The bucket of slot r of a segment ending at s1: its expert, num_experts for ids outside [0, num_experts), -1 past
+// the segment (those lanes group among themselves).
+__device__ __forceinline__ int plan_bucket(const PlanArgs& a, int64_t r, int64_t s1) {
+    if (r >= s1) return -1;
+    const int32_t id = a.ids[r];
+    return id >= 0 && id < a.num_experts ? static_cast<int>(id) : a.num_experts;
+}
+
+// One warp writes the row addresses of the slots [s0, s1) at their sorted positions: next[b] holds the position of
+// the segment's first slot in bucket b and moves on past them (32 slots at a time: a bucket's lanes found with
+// __match_any_sync, ranked by lane). fill_bad: the bad ids' output rows are filled with NaN here too.
+__device__ __forceinline__ void place_segment(const PlanArgs& a, int64_t s0, int64_t s1, int* next, bool fill_bad) {
+    const int lane = threadIdx.x % 32;
+    for (int64_t base = s0; base < s1; base += 32 * kPlanAhead) {
+        int bs[kPlanAhead];
+#pragma unroll
+        for (int u = 0; u < kPlanAhead; ++u) bs[u] = plan_bucket(a, base + 32 * u + lane, s1);
+#pragma unroll
+        for (int u = 0; u < kPlanAhead; ++u) {
+            const int64_t r = base + 32 * u + lane;
+            const int b = bs[u];
+            const unsigned same = __match_any_sync(0xffffffffu, b);
+            const int first = b >= 0 ? next[b] : 0;  // read by the whole group before its lowest lane moves it on
+            __syncwarp();
+            if (b >= 0) {
+                if (lane == __ffs(same) - 1) next[b] = first + __popc(same);
+                const int pos = first + __popc(same & ((1u << lane) - 1));
+                // 32-bit division (rows < 2^30): the 64-bit one is a long call on the warp's serial path
+                a.plan.in_rows[pos] = a.x + static_cast<int64_t>(static_cast<int>(r) / a.rows_per_input) * a.d;
+                a.plan.out_rows[pos] = a.out + r * a.d;
+            }
+            __syncwarp();
+            if (fill_bad) {
+                for (unsigned bad = __ballot_sync(0xffffffffu, b == a.num_experts); bad; bad &= bad - 1) {
+                    float* row = a.out + (base + 32 * u + __ffs(bad) - 1) * a.d;
+                    for (int64_t f = lane; f < a.d; f += 32) row[f] = __int_as_float(0x7fc00000);
+                }
+            }
+        }
+    }
+}
 
 // One block: the slots sorted by expert id with a stable counting sort (bucket num_experts takes the ids outside
 // [0, num_experts)), their row addresses, both launches' tile lists in grouped_experts_wgmma_plan's order with runs
-// cut into tiles of DecodeRing::kMaxN rows, the tile counts, and NaN in the bad ids' output rows (their slots are in
+// cut into tiles of kMaxN rows (the ring's), the tile counts, and NaN in the bad ids' output rows (their slots are in
 // no tile). Stable, so that the plan, and with it every result, does not depend on timing: warp w sorts the w-th
 // contiguous segment of the slots, 32 at a time (a bucket's lanes found with __match_any_sync, ranked by lane), and
-// a bucket's slots from warp w follow those of the warps before it.
-__global__ void __launch_bounds__(kPlanThreads) routed_plan_kernel(const PlanArgs a) {
+// a bucket's slots from warp w follow those of the warps before it. Each warp loads kPlanAhead groups' ids before it
+// ranks them (the loads in flight together, not one latency per group). With a.first (prefill's 98,304 slots) the
+// block leaves the placement to routed_place_kernel, which spreads it over 32 SMs. Measured on an H200
+// (CudaExpertsWgmma.PrefillThroughput): the device-planned op takes 9.69-9.82 ms a layer against 9.35-9.56 for the
+// host-planned one, ~0.3 ms more, the same with the placement in this block or split off: the cost lies elsewhere,
+// unmeasured (the suspect: the counting pass's 3,072 __match_any_sync on this one SM; shared-memory atomics would do
+// there, since counts need no order).
+template <int kMaxN, int kThreads>
+__global__ void __launch_bounds__(kThreads) routed_plan_kernel(const PlanArgs a) {
     pdl_prologue();  // see pdl.cuh
     extern __shared__ int plan_smem[];
-    constexpr int kMaxN = DecodeRing::kMaxN;
+    constexpr int kPlanWarps = kThreads / 32, kAhead = kPlanAhead;
     const int E = a.num_experts, B = E + 1;
     int* seg = plan_smem;               // [kPlanWarps, B]: a warp's slots per bucket, then its next position in it
     int* count = seg + kPlanWarps * B;  // [B] slots per bucket
     int* row0 = count + B;              // [B] first sorted position of each bucket
     int* tile0 = row0 + B;              // [B] first token tile of each expert; tile0[E]: all of them
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    for (int i = tid; i < kPlanWarps * B; i += kPlanThreads) seg[i] = 0;
+    for (int i = tid; i < kPlanWarps * B; i += kThreads) seg[i] = 0;
     __syncthreads();
     const int64_t per = (a.rows + kPlanWarps - 1) / kPlanWarps;
     const int64_t s0 = min(a.rows, warp * per), s1 = min(a.rows, s0 + per);
     int* mine = seg + warp * B;
-    auto bucket = [&](int64_t r) {  // -1 past the segment (those lanes group among themselves)
-        if (r >= s1) return -1;
-        const int32_t id = a.ids[r];
-        return id >= 0 && id < E ? static_cast<int>(id) : E;
-    };
-    for (int64_t base = s0; base < s1; base += 32) {
-        const int b = bucket(base + lane);
-        const unsigned same = __match_any_sync(0xffffffffu, b);
-        if (b >= 0 && lane == __ffs(same) - 1) mine[b] += __popc(same);
-        __syncwarp();
+    auto bucket = [&](int64_t r) { return plan_bucket(a, r, s1); };
+    for (int64_t base = s0; base < s1; base += 32 * kAhead) {
+        int bs[kAhead];
+#pragma unroll
+        for (int u = 0; u < kAhead; ++u) bs[u] = bucket(base + 32 * u + lane);
+#pragma unroll
+        for (int u = 0; u < kAhead; ++u) {
+            const int b = bs[u];
+            const unsigned same = __match_any_sync(0xffffffffu, b);
+            if (b >= 0 && lane == __ffs(same) - 1) mine[b] += __popc(same);
+            __syncwarp();
+        }
     }
     __syncthreads();
-    for (int b = tid; b < B; b += kPlanThreads) {  // a warp's count becomes its first position within the bucket
+    for (int b = tid; b < B; b += kThreads) {  // a warp's count becomes its first position within the bucket
         int n = 0;
         for (int w = 0; w < kPlanWarps; ++w) {
             const int c = seg[w * B + b];
@@ -811,41 +873,34 @@ __global__ void __launch_bounds__(kPlanThreads) routed_plan_kernel(const PlanArg
     // First position and first token tile of each bucket: each thread scans a run of consecutive buckets, the
     // block scan orders the runs.
     const auto token_tiles = [&](int b) { return b < E ? (count[b] + kMaxN - 1) / kMaxN : 0; };
-    const int run = (B + kPlanThreads - 1) / kPlanThreads;
+    const int run = (B + kThreads - 1) / kThreads;
     const int lo = min(B, tid * run), hi = min(B, lo + run);
     int2 at = make_int2(0, 0);
     for (int b = lo; b < hi; ++b) at.x += count[b], at.y += token_tiles(b);
-    block_exclusive_scan<kPlanThreads>(at);
+    block_exclusive_scan<kThreads>(at);
     for (int b = lo; b < hi; ++b) {
         row0[b] = at.x, tile0[b] = at.y;
         at.x += count[b], at.y += token_tiles(b);
     }
     __syncthreads();
-    for (int64_t base = s0; base < s1; base += 32) {
-        const int64_t r = base + lane;
-        const int b = bucket(r);
-        const unsigned same = __match_any_sync(0xffffffffu, b);
-        const int first = b >= 0 ? mine[b] : 0;  // read by the whole group before its lowest lane moves it on
-        __syncwarp();
-        if (b >= 0) {
-            if (lane == __ffs(same) - 1) mine[b] = first + __popc(same);
-            const int64_t pos = row0[b] + first + __popc(same & ((1u << lane) - 1));
-            a.plan.in_rows[pos] = a.x + (r / a.rows_per_input) * a.d;
-            a.plan.out_rows[pos] = a.out + r * a.d;
+    for (int i = tid; i < kPlanWarps * B; i += kThreads) seg[i] += row0[i % B];  // positions in the sorted slots
+    __syncthreads();
+    if (a.first) {
+        for (int i = tid; i < kPlanWarps * B; i += kThreads) a.first[i] = seg[i];
+    } else {
+        place_segment(a, s0, s1, mine, false);
+        __syncthreads();  // the block's out_rows writes are visible to it past here
+        for (int j = 0; j < count[E]; ++j) {
+            float* row = a.plan.out_rows[row0[E] + j];
+            for (int64_t f = tid; f < a.d; f += kThreads) row[f] = __int_as_float(0x7fc00000);
         }
-        __syncwarp();
-    }
-    __syncthreads();  // the block's out_rows writes are visible to it past here
-    for (int j = 0; j < count[E]; ++j) {
-        float* row = a.plan.out_rows[row0[E] + j];
-        for (int64_t f = tid; f < a.d; f += kPlanThreads) row[f] = __int_as_float(0x7fc00000);
     }
     // Expert e's tiles are [F tile0[e], F tile0[e + 1]) of a list of F feature tiles per token tile, feature tile
     // major within them: tile i belongs to the last expert whose first token tile is at or before i / F (that
     // expert has tiles).
     const int tokens = tile0[E];
     const auto emit = [&](Tile* tiles, int features, int width) {
-        for (int i = tid; i < tokens * features; i += kPlanThreads) {
+        for (int i = tid; i < tokens * features; i += kThreads) {
             const int q = i / features;
             int l = 0, h = E - 1;
             while (l < h) {
@@ -864,8 +919,22 @@ __global__ void __launch_bounds__(kPlanThreads) routed_plan_kernel(const PlanArg
     emit(a.plan.tiles2, f2, kDownFeatures);
     if (tid == 0) a.plan.tile_count[0] = tokens * f1, a.plan.tile_count[1] = tokens * f2;
 }
-int plan_smem_bytes(int num_experts) { return (kPlanWarps + 3) * (num_experts + 1) * 4; }
-static_assert((kPlanWarps + 3) * (kRoutedWgmmaMaxExperts + 1) * 4 <= 48 * 1024, "the plan kernel's shared memory");
+static_assert(plan_smem_bytes(kPlanThreads, kRoutedWgmmaMaxExperts) <= 48 * 1024, "the decode plan's shared memory");
+
+// routed_plan_kernel's placement when it wrote a.first: block w (one warp) places plan warp w's segment of the slots,
+// so the scattered stores spread over kPlanWarps SMs. Shared memory: [num_experts + 1] ints.
+template <int kPlanWarps>
+__global__ void __launch_bounds__(32) routed_place_kernel(const PlanArgs a) {
+    pdl_prologue();  // see pdl.cuh
+    extern __shared__ int next[];
+    const int B = a.num_experts + 1, w = blockIdx.x;
+    for (int b = threadIdx.x; b < B; b += 32) next[b] = a.first[w * B + b];
+    __syncwarp();
+    const int64_t per = (a.rows + kPlanWarps - 1) / kPlanWarps;
+    const int64_t s0 = min(a.rows, w * per), s1 = min(a.rows, s0 + per);
+    place_segment(a, s0, s1, next, true);
+}
+static_assert(plan_smem_bytes(kPrefillPlanThreads, kRoutedWgmmaMaxExperts) <= 227 * 1024, "the prefill plan's");
 
 // B's bulk tensor copies over act [rows, k] bf16.
 TileWidthMaps act_maps(const uint16_t* act, int64_t rows, int64_t k) {
@@ -1067,9 +1136,12 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     DI_CHECK(wgs_env == "2" || wgs_env == "4", "DEEPINFER_CUDA_EXPERTS_DECODE_WGS must be 2 or 4, not '", wgs_env, "'");
     const int wgs = wgs_env[0] - '0';
     if (rows == 0) return;
-    using R = DecodeRing;
+    // Prefill-sized calls take prefill's rings (tiles of 128 rows), as grouped_experts_rows does; FP8 activations'
+    // quantize_h keeps the decode ring at any size.
+    const bool prefill = rows > kRoutedDecodeMaxSlots && !quantize_h;
+    const int tile_rows = prefill ? PrefillRing::kMaxN : DecodeRing::kMaxN;
     // Token tiles: sum over the touched experts of ceil(n_e / kMaxN) <= (rows + (kMaxN - 1) touched) / kMaxN.
-    const int64_t token_tiles = (rows + (R::kMaxN - 1) * std::min<int64_t>(rows, num_experts)) / R::kMaxN;
+    const int64_t token_tiles = (rows + (tile_rows - 1) * std::min<int64_t>(rows, num_experts)) / tile_rows;
     const int64_t cap1 = token_tiles * (inter / kGateUpFeatures), cap2 = token_tiles * (d / kDownFeatures);
     DI_ICHECK(cap1 < INT32_MAX && cap2 < INT32_MAX, "routed_experts_wgmma: up to ", cap1, " and ", cap2, " tiles");
     // One stream-ordered scratch: [tile counts] [in_rows] [out_rows] [tiles1] [tiles2] [xb] [h] [h in f32 when
@@ -1078,15 +1150,32 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     const int64_t at_in = 16, at_out = at_in + up16(rows * 8), at_t1 = at_out + up16(rows * 8);
     const int64_t at_t2 = at_t1 + cap1 * 16, at_xb = at_t2 + cap2 * 16, at_h = at_xb + rows * d * 2;
     const int64_t at_hf = at_h + up16(rows * inter * 2);
+    // ... or, at prefill, [the plan warps' first positions]
+    constexpr int kPrefillPlanWarps = kPrefillPlanThreads / 32;
+    const int64_t first_bytes = prefill ? int64_t{kPrefillPlanWarps} * (num_experts + 1) * 4 : 0;
     uint8_t* ws = nullptr;
-    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), at_hf + (quantize_h ? rows * inter * 4 : 0), stream));
+    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws),
+                                  at_hf + (quantize_h ? rows * inter * 4 : 0) + first_bytes, stream));
     const DevicePlan plan{reinterpret_cast<int*>(ws), reinterpret_cast<const float**>(ws + at_in),
                           reinterpret_cast<float**>(ws + at_out), reinterpret_cast<Tile*>(ws + at_t1),
                           reinterpret_cast<Tile*>(ws + at_t2)};
     uint16_t* xb = reinterpret_cast<uint16_t*>(ws + at_xb);
     uint16_t* h = reinterpret_cast<uint16_t*>(ws + at_h);
-    launch_pdl(routed_plan_kernel, 1, kPlanThreads, plan_smem_bytes(num_experts), stream,
-               PlanArgs{plan, out, x, expert_of_row, rows, d, inter, rows_per_input, num_experts});
+    PlanArgs plan_args{plan, out, x, expert_of_row, rows, d, inter, rows_per_input, num_experts, nullptr};
+    if (prefill) {  // the plan, then the slots placed by kPrefillPlanWarps blocks
+        static std::atomic<uint64_t> configured{0};
+        constexpr auto kernel = routed_plan_kernel<PrefillRing::kMaxN, kPrefillPlanThreads>;
+        const int smem = plan_smem_bytes(kPrefillPlanThreads, num_experts);
+        allow_smem(kernel, plan_smem_bytes(kPrefillPlanThreads, kRoutedWgmmaMaxExperts), configured);
+        plan_args.first = reinterpret_cast<int*>(ws + at_hf);
+        launch_pdl(kernel, 1, kPrefillPlanThreads, smem, stream, plan_args);
+        DI_CUDA_LAUNCH_CHECK();
+        launch_pdl(routed_place_kernel<kPrefillPlanWarps>, kPrefillPlanWarps, 32, (num_experts + 1) * 4, stream,
+                   plan_args);
+    } else {
+        launch_pdl(routed_plan_kernel<DecodeRing::kMaxN, kPlanThreads>, 1, kPlanThreads,
+                   plan_smem_bytes(kPlanThreads, num_experts), stream, plan_args);
+    }
     DI_CUDA_LAUNCH_CHECK();
     // Every slot's row, the bad ids' too (their in_rows are valid token rows; no tile reads them).
     launch_pdl(to_bf16_permuted_kernel, static_cast<unsigned>(ceil_div(rows * d / 8, 256)), 256, 0, stream, xb, nullptr,
@@ -1116,7 +1205,19 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     constexpr Launch kLaunch[2][3] = {  // [wgs / 4][batch / 2]
         {launch_decode<DecodeRingOf<1, 2>>, launch_decode<DecodeRingOf<2, 2>>, launch_decode<DecodeRingOf<4, 2>>},
         {launch_decode<DecodeRingOf<1, 4>>, launch_decode<DecodeRingOf<2, 4>>, launch_decode<DecodeRingOf<4, 4>>}};
-    if (quantize_h) {  // gate/up, h quantized into the bf16 layout, down
+    if (prefill) {  // as launch_grouped_experts_wgmma, with the tile counts in device memory
+        const bool tma = tma_switch_on("DEEPINFER_CUDA_EXPERTS_TMA");
+        const TileWidthMaps maps1 = tma ? act_maps(xb, rows, d) : TileWidthMaps{};
+        const TileWidthMaps maps2 = tma ? act_maps(h, rows, inter) : TileWidthMaps{};
+        if (prefill_consumer_warpgroups() == 4) {
+            launch_tiles<true, PrefillRing4>(p, cap1, stream, tma ? &maps1 : nullptr);
+            launch_tiles<false, PrefillRing4>(q, cap2, stream, tma ? &maps2 : nullptr);
+        } else {
+            launch_tiles<true, PrefillRing>(p, cap1, stream, tma ? &maps1 : nullptr);
+            launch_tiles<false, PrefillRing>(q, cap2, stream, tma ? &maps2 : nullptr);
+        }
+    } else if (quantize_h) {  // gate/up, h quantized into the bf16 layout, down
+        using R = DecodeRing;
         launch_tiles<true, R>(p, cap1, stream);
         launch_pdl(quantize_h_kernel, static_cast<unsigned>(ceil_div(rows * (inter / kBK) * 32, 256)), 256, 0, stream,
                    h, reinterpret_cast<const float*>(ws + at_hf), rows, static_cast<int>(inter));

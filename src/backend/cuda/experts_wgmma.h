@@ -57,13 +57,16 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
                                   int64_t d, int64_t inter, float swiglu_limit, CUstream_st* stream,
                                   const float* const* in_rows = nullptr, float* const* out_rows = nullptr);
 
-// Decode's routed experts (Backend::routed_experts) on the same kernels, planned on the device: out [rows, D] f32
+// The routed experts (Backend::routed_experts) on the same kernels, planned on the device: out [rows, D] f32
 // row r = w2[e] . swiglu(w1[e] . x_t, w3[e] . x_t, swiglu_limit) with e = expert_of_row[r] (device [rows] I32) and
 // t = r / rows_per_input, x [rows / rows_per_input, D] f32; a row whose id is outside [0, num_experts) is NaN (as
 // expert_linear leaves it). One launch sorts the slots by expert and writes the tile lists and their counts to
 // device memory, so nothing waits for the host. device_table: routed_experts_wgmma_table's bytes in device memory
-// (16-byte aligned). Scratch (rows x (D + I) bf16 and the plan) is stream-ordered on `stream`.
+// (16-byte aligned). Scratch (rows x (D + I) bf16 and the plan) is stream-ordered on `stream`. Up to
+// kRoutedDecodeMaxSlots slots run on decode's rings (tiles of up to 32 rows); more on prefill's (128), the tiles and
+// kernels of launch_grouped_experts_wgmma over the slots sorted stably by expert, so bitwise its results.
 constexpr int kRoutedWgmmaMaxExperts = 1024;  // the plan kernel's shared memory
+constexpr int64_t kRoutedDecodeMaxSlots = 2048;
 // Fewest tokens (slots / top-k) for which the backend takes these kernels over expert_linear: at one token the
 // fp32 kernel is faster (H200, D 4096, I 2048, top-6 of 256: 58 vs 79 us for the routed FFN; 8-layer V4-Flash
 // decode 2.69 vs 2.84 ms a step), from 8 tokens these are (decode steps 4.89 vs 5.76 ms at batch 8, 8.95 vs
