@@ -153,6 +153,14 @@ public:
     virtual void hc_collapse(TensorView collapsed, TensorView streams, TensorView pre) = 0;
     // mHC expand: out[t, k] = post[t, k] * y[t] + sum_j comb[t, j, k] * streams[t, j]. out [T, n, D].
     virtual void hc_post(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams) = 0;
+    // The expand of one sublayer and the collapse of the next: hc_post(out, y, post, comb, streams), then
+    // hc_pre_norm(normed, post, comb, out, p, norm_weight, eps); post and comb are read by the first and rewritten by
+    // the second. The default runs the two; device backends may make the expand as the mix reads it.
+    virtual void hc_post_pre_norm(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams,
+                                  TensorView normed, const HcParams& p, const float* norm_weight, float eps) {
+        hc_post(out, y, post, comb, streams);
+        hc_pre_norm(normed, post, comb, out, p, norm_weight, eps);
+    }
     // Final collapse: out [T, D] = sum_j (sigmoid(mix_j * scale + base_j) + eps) * streams[t, j].
     virtual void hc_head(TensorView out, TensorView streams, const HcParams& p) = 0;
 

@@ -610,6 +610,30 @@ public:
         cuda::launch_hc_post(out.f32(), y.f32(), post.f32(), comb.f32(), streams.f32(), streams.dim(0), streams.dim(1),
                              streams.dim(2), stream_);
     }
+    // With DEEPINFER_CUDA_HC_POST_MIX=1, the expand made by the mix's tensor-core dots as they load it
+    // (launch_hc_post_mix: meant to be bitwise hc_post then hc_pre_norm, with one read of the new streams fewer,
+    // ~0.4 ms a call at a prefill of 16K tokens) where that applies. Off by default: not yet run on a GPU.
+    void hc_post_pre_norm(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams,
+                          TensorView normed, const HcParams& p, const float* norm_weight, float eps) override {
+        const char* env = std::getenv("DEEPINFER_CUDA_HC_POST_MIX");
+        const cuda::HcDesc desc = hc_describe(p);
+        const int64_t t = streams.dim(0), d = streams.ndim() == 3 ? streams.dim(2) : 0;
+        if (!env || std::string(env) != "1" || streams.ndim() != 3 || out.numel() != streams.numel() ||
+            y.numel() != t * d || normed.numel() != t * d ||
+            !cuda::hc_collapse_norm_applies(p.n, d, normed.f32(), out.f32(), norm_weight) ||
+            !cuda::hc_post_mix_applies(t, d, out.f32(), y.f32(), streams.f32(), desc)) {
+            Backend::hc_post_pre_norm(out, y, post, comb, streams, normed, p, norm_weight, eps);
+            return;
+        }
+        Tensor pre = alloc(DType::kF32, Shape{t, p.n});
+        {
+            const auto op = profiler_->scope("hc_post_mix");
+            cuda::launch_hc_post_mix(pre.f32(), post.f32(), comb.f32(), out.f32(), y.f32(), streams.f32(), t, d, desc,
+                                     stream_);
+        }
+        const auto op = profiler_->scope("hc_collapse_norm");
+        cuda::launch_hc_collapse_norm(normed.f32(), out.f32(), pre.f32(), norm_weight, t, p.n, d, eps, stream_);
+    }
     void hc_head(TensorView out, TensorView streams, const HcParams& p) override {
         const auto op = profiler_->scope("hc_head");
         Tensor pre = alloc(DType::kF32, Shape{streams.dim(0), p.n});

@@ -41,6 +41,16 @@
 //     16 FMAs for the squares, 24 FADDs for the stage sums: ~0.08 ms over the SMs' schedulers.
 //   Expected: bound by f's bytes, ~0.3 ms (the fp32 SIMT kernel: 1.14 ms, compute-bound at ~12 TFLOP/s).
 //   Measured (H200, prefill 8 x 2048, run 18): 0.40 ms a call for the whole mix, finish included.
+//
+// With the expand (launch_hc_post_dots_tc, kPost; hyper_connection.cu's launch_hc_post_mix, behind
+// DEEPINFER_CUDA_HC_POST_MIX=1, NOT YET RUN ON A GPU): at a sublayer boundary the streams f are hc_post's output,
+// which the mix would read back (1.07 GB at 16K tokens) right after hc_post wrote it. Here the block's loader makes f
+// itself: for its 4 rows and 4 widths a stage, y and the 4 old streams at those columns (ld.global, two rows at a time:
+// four spill), hc_post's sums, a store of f and one to the stage (the fn rows keep cp.async). Each element of f is
+// made once (a stage's widths lie in one stream: d % 32 == 0). A split's loads read all 4 old streams for its one
+// stream's widths, so the grid puts a token tile's splits next to each other (blockIdx.x = split) to share those
+// reads through L2. Expected: about hc_post's time (its bytes), replacing hc_post + the mix's dots (~0.57 + ~0.35 ms a
+// call at 16K tokens), unless the loader's exposed load latency (no cp.async ring for f) dominates.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -106,17 +116,31 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// part [T, splits, M + 1] f32: split blockIdx.y's partials of the 128 tokens of tile blockIdx.x.
+// With kPost, f is made as the block stages it: the mHC expand of the sublayer before (hc_post's arithmetic, n = 4),
+// f[t, k d + c] = post[t, k] y[t, c] + sum_j comb[t, j, k] old[t, j d + c], written to f as well as staged. f: [T, 4 d]
+// (out), y [T, d], post [T, 4], comb [T, 4, 4], old [T, 4 d] f32; d % 32 == 0 (a stage's 32 widths lie in one stream
+// k), all 16-byte aligned.
+struct PostSource {
+    const float* y;
+    const float* post;
+    const float* comb;
+    const float* old;
+    int64_t d;
+};
+
+// part [T, splits, M + 1] f32: split blockIdx.y's partials of the 128 tokens of tile blockIdx.x (kPost: split
+// blockIdx.x of tile blockIdx.y, so that a tile's splits, which read the same old rows, run side by side and share
+// them through L2).
 // f: [T, W] f32, fn: [M, W] f32, both 16-byte aligned, W % 4 == 0; M <= NT * 8.
-template <int NT>
+template <int NT, bool kPost>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     hc_dots_tc_kernel(float* __restrict__ part, const float* __restrict__ f, const float* __restrict__ fn,
-                      int64_t tokens, int64_t width, int rows, int64_t split_width, int splits) {
+                      int64_t tokens, int64_t width, int rows, int64_t split_width, int splits, PostSource src) {
     extern __shared__ __align__(16) float smem[];  // kStages x [128 + NT * 8 rows, 32] f32
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int wm = warp % kWarpsM, wk = warp / kWarpsM;
-    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTokens;
-    const int split = blockIdx.y;
+    const int64_t t0 = static_cast<int64_t>(kPost ? blockIdx.y : blockIdx.x) * kTokens;
+    const int split = kPost ? blockIdx.x : blockIdx.y;
     const int64_t k_begin = split * split_width, k_end = min(width, k_begin + split_width);
     const int steps = static_cast<int>((k_end - k_begin + kStep - 1) / kStep);
 
@@ -127,11 +151,52 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
         float* st = smem + (s % kStages) * staged_rows<NT>() * kStep;
         const int64_t k = k_begin + static_cast<int64_t>(s) * kStep + 4 * q;
         const bool k_ok = k < k_end;  // whole float4s: W % 4 == 0
+        if constexpr (kPost) {
+            // Stream ks, column cs of every old stream, two rows at a time (their 10 loads in flight together; all
+            // four rows' would spill), each as hc_post sums it: post y, then the old streams' terms in stream order.
+            const int64_t ks = k / src.d, cs = k % src.d;
+#pragma unroll 1
+            for (int j0 = 0; j0 < kTokens / 32; j0 += 2) {
+                float4 y4[2], old4[2][4];
 #pragma unroll
-        for (int j = 0; j < kTokens / 32; ++j) {
-            const int r = r0 + 32 * j;
-            const bool ok = k_ok && t0 + r < tokens;
-            cp_async16_l2_256(st + piece_at(r, q / 4) + 4 * (q % 4), ok ? f + (t0 + r) * width + k : f, ok ? 16 : 0);
+                for (int h = 0; h < 2; ++h) {
+                    const int64_t t = t0 + r0 + 32 * (j0 + h);
+                    if (k_ok && t < tokens) {
+                        y4[h] = *reinterpret_cast<const float4*>(src.y + t * src.d + cs);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            old4[h][i] = *reinterpret_cast<const float4*>(src.old + (t * 4 + i) * src.d + cs);
+                    }
+                }
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = r0 + 32 * (j0 + h);
+                    const int64_t t = t0 + r;
+                    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                    if (k_ok && t < tokens) {
+                        const float p = src.post[t * 4 + ks];
+                        v = make_float4(p * y4[h].x, p * y4[h].y, p * y4[h].z, p * y4[h].w);
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const float w = src.comb[(t * 4 + i) * 4 + ks];
+                            v.x = fmaf(w, old4[h][i].x, v.x);
+                            v.y = fmaf(w, old4[h][i].y, v.y);
+                            v.z = fmaf(w, old4[h][i].z, v.z);
+                            v.w = fmaf(w, old4[h][i].w, v.w);
+                        }
+                        *reinterpret_cast<float4*>(const_cast<float*>(f) + t * width + k) = v;
+                    }
+                    *reinterpret_cast<float4*>(st + piece_at(r, q / 4) + 4 * (q % 4)) = v;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < kTokens / 32; ++j) {
+                const int r = r0 + 32 * j;
+                const bool ok = k_ok && t0 + r < tokens;
+                cp_async16_l2_256(st + piece_at(r, q / 4) + 4 * (q % 4), ok ? f + (t0 + r) * width + k : f,
+                                  ok ? 16 : 0);
+            }
         }
         if (r0 < NT * 8) {
             const bool ok = k_ok && r0 < rows;
@@ -239,22 +304,24 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     }
 }
 
-template <int NT>
+template <int NT, bool kPost>
 void launch_nt(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
-               int64_t split_width, int splits, cudaStream_t stream) {
+               int64_t split_width, int splits, const PostSource& src, cudaStream_t stream) {
     static std::atomic<uint64_t> configured{0};  // one bit per device
     constexpr int bytes = smem_floats<NT>() * static_cast<int>(sizeof(float));
+    constexpr auto kernel = hc_dots_tc_kernel<NT, kPost>;
     int dev = 0;
     DI_CUDA_CHECK(cudaGetDevice(&dev));
     if (!(configured.load() >> (dev % 64) & 1)) {
-        DI_CUDA_CHECK(cudaFuncSetAttribute(hc_dots_tc_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
         // Shared memory before L1 (the stages bypass it), so that kBlocksPerSm blocks fit an SM.
-        DI_CUDA_CHECK(cudaFuncSetAttribute(hc_dots_tc_kernel<NT>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        DI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                            cudaSharedmemCarveoutMaxShared));
         configured.fetch_or(uint64_t{1} << (dev % 64));
     }
-    const dim3 grid(static_cast<unsigned>(ceil_div(tokens, kTokens)), static_cast<unsigned>(splits));
-    hc_dots_tc_kernel<NT><<<grid, kThreads, bytes, stream>>>(part, f, fn, tokens, width, rows, split_width, splits);
+    const unsigned tiles = static_cast<unsigned>(ceil_div(tokens, kTokens));
+    const dim3 grid = kPost ? dim3(static_cast<unsigned>(splits), tiles) : dim3(tiles, static_cast<unsigned>(splits));
+    kernel<<<grid, kThreads, bytes, stream>>>(part, f, fn, tokens, width, rows, split_width, splits, src);
 }
 
 }  // namespace
@@ -279,8 +346,26 @@ void launch_hc_dots_tc(float* part, const float* f, int64_t tokens, int64_t widt
     DI_ICHECK(hc_dots_tc_applies(f, width, fn, rows) && split_width % kStep == 0, "hc tensor-core dots layout");
     const int64_t splits = ceil_div(width, split_width);
     DI_ICHECK(splits <= 65535, "hc tensor-core dots: ", splits, " splits");
-    auto launch = rows <= 8 ? launch_nt<1> : rows <= 16 ? launch_nt<2> : launch_nt<3>;
-    launch(part, f, tokens, width, fn, rows, split_width, static_cast<int>(splits), stream);
+    auto launch = rows <= 8 ? launch_nt<1, false> : rows <= 16 ? launch_nt<2, false> : launch_nt<3, false>;
+    launch(part, f, tokens, width, fn, rows, split_width, static_cast<int>(splits), PostSource{}, stream);
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+bool hc_post_dots_tc_applies(const float* out, const float* y, const float* old, int64_t d, const float* fn, int rows) {
+    const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    return d > 0 && d % kStep == 0 && aligned(y) && aligned(old) && hc_dots_tc_applies(out, 4 * d, fn, rows);
+}
+
+void launch_hc_post_dots_tc(float* part, float* out, const float* y, const float* post, const float* comb,
+                            const float* old, int64_t tokens, int64_t d, const float* fn, int rows, int64_t split_width,
+                            cudaStream_t stream) {
+    DI_ICHECK(hc_post_dots_tc_applies(out, y, old, d, fn, rows) && split_width % kStep == 0,
+              "hc tensor-core dots with the expand: layout");
+    const int64_t width = 4 * d, splits = ceil_div(width, split_width);
+    DI_ICHECK(splits <= 65535 && ceil_div(tokens, kTokens) <= 65535, "hc tensor-core dots: ", splits, " splits");
+    auto launch = rows <= 8 ? launch_nt<1, true> : rows <= 16 ? launch_nt<2, true> : launch_nt<3, true>;
+    launch(part, out, tokens, width, fn, rows, split_width, static_cast<int>(splits), PostSource{y, post, comb, old, d},
+           stream);
     DI_CUDA_LAUNCH_CHECK();
 }
 

@@ -538,6 +538,34 @@ void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, i
                  });
 }
 
+bool hc_post_mix_applies(int64_t rows, int64_t d, const float* out, const float* y, const float* old, const HcDesc& p) {
+    return p.n == 4 && p.tensor_cores && rows > kFewTokens && hc_post_dots_tc_applies(out, y, old, d, p.fn, 24);
+}
+
+void launch_hc_post_mix(float* pre, float* post, float* comb, float* out, const float* y, const float* old,
+                        int64_t rows, int64_t d, const HcDesc& p, cudaStream_t stream) {
+    if (rows == 0) return;
+    DI_ICHECK(hc_post_mix_applies(rows, d, out, y, old, p), "hc_post_mix: n ", p.n, ", ", rows, " rows, d ", d);
+    // mix_in_slabs's tensor-core path, slab by slab, so that the partials and their sums are the same
+    constexpr int n = 4, mix_rows = (2 + n) * n;
+    const int64_t width = n * d;
+    const int64_t slab = std::min(rows, kTcSlabTokens);
+    const int64_t split_width = hc_dots_tc_split_width(slab, width);
+    const int parts = static_cast<int>((width + split_width - 1) / split_width);
+    float* part = scratch_floats(slab * parts * (mix_rows + 1), stream);  // [slab, parts, M + 1] f32
+    const size_t smem = kFinishTokens * (mix_rows + 1) * sizeof(float);
+    for (int64_t t0 = 0; t0 < rows; t0 += slab) {
+        const int64_t count = std::min(slab, rows - t0);
+        // The slab's expand reads its post and comb rows; the finish below rewrites only those rows, after it.
+        launch_hc_post_dots_tc(part, out + t0 * width, y + t0 * d, post + t0 * n, comb + t0 * n * n, old + t0 * width,
+                               count, d, p.fn, mix_rows, split_width, stream);
+        launch_pdl(hc_finish_kernel<4, false>, blocks_for(count, kFinishTokens), 128, smem, stream, pre + t0 * n,
+                   post + t0 * n, comb + t0 * n * n, part, count, parts, width, p);
+        DI_CUDA_LAUNCH_CHECK();
+    }
+    DI_CUDA_CHECK(cudaFreeAsync(part, stream));
+}
+
 bool hc_pre_norm_fused_applies(int64_t n, int64_t rows, int64_t d, const float* out, const float* streams,
                                const float* weight) {
     return n == 4 && rows <= kFewTokens && hc_collapse_norm_applies(n, d, out, streams, weight);

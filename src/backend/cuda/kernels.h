@@ -153,6 +153,13 @@ struct HcDesc {
 };
 void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
                    const HcDesc& p, cudaStream_t stream);
+// launch_hc_post(out, y, post, comb, old) then launch_hc_mix(pre, post, comb, out) with the expand made by the mix's
+// tensor-core dots as they load it (hc_post_dots_tc): bitwise the two, without the mix's second read of out (1 GB
+// at a prefill of 16K tokens). post and comb are read for the expand, then rewritten by the mix. Applies for n = 4,
+// the tensor-core dots (p.tensor_cores, more than a few rows) and their layouts.
+bool hc_post_mix_applies(int64_t rows, int64_t d, const float* out, const float* y, const float* old, const HcDesc& p);
+void launch_hc_post_mix(float* pre, float* post, float* comb, float* out, const float* y, const float* old,
+                        int64_t rows, int64_t d, const HcDesc& p, cudaStream_t stream);
 // out [rows, d] = RMSNorm of hc_collapse's rows (times weight [d] when not null) in one kernel, a block per row:
 // bitwise what launch_hc_collapse then launch_rms_norm give where the latter takes a block per row (d > 1024, or
 // fewer than 1024 rows). Applies for n <= 8, d % 4 == 0, d <= 4096, 16-byte aligned
@@ -180,6 +187,13 @@ bool hc_dots_tc_applies(const float* f, int64_t width, const float* fn, int rows
 int64_t hc_dots_tc_split_width(int64_t tokens, int64_t width);
 void launch_hc_dots_tc(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
                        int64_t split_width, cudaStream_t stream);
+// The same dots over out [tokens, 4 d] made as they are loaded: out = launch_hc_post(y [tokens, d], post [tokens, 4],
+// comb [tokens, 4, 4], old [tokens, 4 d]) bitwise, written once; the dots bitwise launch_hc_dots_tc's over that out.
+// Applies for d % 32 == 0 and 16-byte aligned out, y, old and fn (and rows <= 24).
+bool hc_post_dots_tc_applies(const float* out, const float* y, const float* old, int64_t d, const float* fn, int rows);
+void launch_hc_post_dots_tc(float* part, float* out, const float* y, const float* post, const float* comb,
+                            const float* old, int64_t tokens, int64_t d, const float* fn, int rows, int64_t split_width,
+                            cudaStream_t stream);
 
 // batch_invariant: never split a row's key list over several blocks, so a row's result does not depend on the
 // number of rows in the call.

@@ -174,20 +174,37 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch, bool o
         return HcParams{w.fn.f32(), w.base.f32(), w.scale.f32(), static_cast<int>(n), c.hc_sinkhorn_iters, c.hc_eps,
                         c.rms_eps};
     };
-    // One sublayer wrapped in mHC: collapse the streams, norm, run, expand back into the streams.
-    auto sublayer = [&](const HcWeights& hc_w, const Tensor& norm, const std::string& name, auto&& body) {
-        be.hc_pre_norm(xn, post, comb, streams, hc(hc_w), norm.f32(), c.rms_eps);
+    // One sublayer wrapped in mHC: collapse the streams, norm, run, expand back into the streams. The expand and the
+    // next sublayer's collapse (its hc weights and norm: `then`, null after the last) go to the backend as one op.
+    struct Collapse {
+        const HcWeights* hc;
+        const Tensor* norm;
+    };
+    bool collapsed = false;  // xn, post and comb already hold this sublayer's collapse
+    auto sublayer = [&](const HcWeights& hc_w, const Tensor& norm, const Collapse& then, const std::string& name,
+                        auto&& body) {
+        if (!collapsed) be.hc_pre_norm(xn, post, comb, streams, hc(hc_w), norm.f32(), c.rms_eps);
         body(xn.view(), y.view());
         dump(be, name, y);
-        be.hc_post(next, y, post, comb, streams);
+        if (then.hc) {
+            be.hc_post_pre_norm(next, y, post, comb, streams, xn, hc(*then.hc), then.norm->f32(), c.rms_eps);
+        } else {
+            be.hc_post(next, y, post, comb, streams);
+        }
+        collapsed = then.hc != nullptr;
         std::swap(streams, next);
     };
     if (routing_sink_) routing_sink_->resize(static_cast<size_t>(c.num_layers));
     for (int l = 0; l < c.num_layers; ++l) {
         const LayerWeights& L = weights_.layers[l];
         const std::string tag = "l" + std::to_string(l);
-        sublayer(L.hc_attn, L.attn_norm, tag + ".attn", [&](TensorView in, TensorView out) { attention(l, rows, in, out); });
-        sublayer(L.hc_ffn, L.ffn_norm, tag + ".mlp", [&](TensorView in, TensorView out) {
+        const bool last = l + 1 == c.num_layers;
+        const Collapse ffn{&L.hc_ffn, &L.ffn_norm};
+        const Collapse next_attn = last ? Collapse{nullptr, nullptr}
+                                        : Collapse{&weights_.layers[l + 1].hc_attn, &weights_.layers[l + 1].attn_norm};
+        sublayer(L.hc_attn, L.attn_norm, ffn, tag + ".attn",
+                 [&](TensorView in, TensorView out) { attention(l, rows, in, out); });
+        sublayer(L.hc_ffn, L.ffn_norm, next_attn, tag + ".mlp", [&](TensorView in, TensorView out) {
             moe_forward(be, L.moe, moe_params_[l], in, rows.tokens_d, out,
                         routing_sink_ ? &(*routing_sink_)[static_cast<size_t>(l)] : nullptr);
         });
