@@ -121,6 +121,7 @@ __device__ __forceinline__ void cp_async_wait() {
 // (out), y [T, d], post [T, 4], comb [T, 4, 4], old [T, 4 d] f32; d % 32 == 0 (a stage's 32 widths lie in one stream
 // k), all 16-byte aligned.
 struct PostSource {
+    float* out;  // f, written (the kernel's f is only read without kPost)
     const float* y;
     const float* post;
     const float* comb;
@@ -184,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                             v.z = fmaf(w, old4[h][i].z, v.z);
                             v.w = fmaf(w, old4[h][i].w, v.w);
                         }
-                        *reinterpret_cast<float4*>(const_cast<float*>(f) + t * width + k) = v;
+                        *reinterpret_cast<float4*>(src.out + t * width + k) = v;
                     }
                     *reinterpret_cast<float4*>(st + piece_at(r, q / 4) + 4 * (q % 4)) = v;
                 }
@@ -364,8 +365,8 @@ void launch_hc_post_dots_tc(float* part, float* out, const float* y, const float
     const int64_t width = 4 * d, splits = ceil_div(width, split_width);
     DI_ICHECK(splits <= 65535 && ceil_div(tokens, kTokens) <= 65535, "hc tensor-core dots: ", splits, " splits");
     auto launch = rows <= 8 ? launch_nt<1, true> : rows <= 16 ? launch_nt<2, true> : launch_nt<3, true>;
-    launch(part, out, tokens, width, fn, rows, split_width, static_cast<int>(splits), PostSource{y, post, comb, old, d},
-           stream);
+    launch(part, out, tokens, width, fn, rows, split_width, static_cast<int>(splits),
+           PostSource{out, y, post, comb, old, d}, stream);
     DI_CUDA_LAUNCH_CHECK();
 }
 
