@@ -127,6 +127,12 @@ public:
         DI_CHECK(decode_mode == "wgmma" || decode_mode == "linear",
                  "DEEPINFER_CUDA_DECODE_EXPERTS must be wgmma or linear, not '", decode_mode, "'");
         decode_experts_wgmma_ = decode_mode == "wgmma";
+        // DEEPINFER_CUDA_HC_POST_MIX=1: hc_post_pre_norm's expand made by the mix's tensor-core dots (off by default)
+        const char* post_mix = std::getenv("DEEPINFER_CUDA_HC_POST_MIX");
+        const std::string post_mix_mode = post_mix && *post_mix ? post_mix : "0";
+        DI_CHECK(post_mix_mode == "0" || post_mix_mode == "1", "DEEPINFER_CUDA_HC_POST_MIX must be 0 or 1, not '",
+                 post_mix_mode, "'");
+        hc_post_mix_ = post_mix_mode == "1";
         // DEEPINFER_CUDA_DECODE_GEMV: FP8 products of 2..128 rows on the wgmma GEMV where it applies (wgmma, the
         // default), or those of 2..32 rows on the mma.sync GEMV and the larger ones on the GEMM kernels (tc).
         const char* gemv = std::getenv("DEEPINFER_CUDA_DECODE_GEMV");
@@ -615,12 +621,10 @@ public:
     // ~0.4 ms a call at a prefill of 16K tokens) where that applies. Off by default: not yet run on a GPU.
     void hc_post_pre_norm(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams,
                           TensorView normed, const HcParams& p, const float* norm_weight, float eps) override {
-        const char* env = std::getenv("DEEPINFER_CUDA_HC_POST_MIX");
         const cuda::HcDesc desc = hc_describe(p);
         const int64_t t = streams.dim(0), d = streams.ndim() == 3 ? streams.dim(2) : 0;
-        if (!env || std::string(env) != "1" || streams.ndim() != 3 || out.numel() != streams.numel() ||
-            y.numel() != t * d || normed.numel() != t * d ||
-            !cuda::hc_collapse_norm_applies(p.n, d, normed.f32(), out.f32(), norm_weight) ||
+        if (!hc_post_mix_ || streams.ndim() != 3 || out.numel() != streams.numel() || y.numel() != t * d ||
+            normed.numel() != t * d || !cuda::hc_collapse_norm_applies(p.n, d, normed.f32(), out.f32(), norm_weight) ||
             !cuda::hc_post_mix_applies(t, d, out.f32(), y.f32(), streams.f32(), desc)) {
             Backend::hc_post_pre_norm(out, y, post, comb, streams, normed, p, norm_weight, eps);
             return;
@@ -1230,6 +1234,7 @@ private:
     std::unordered_map<const LinearWeight*, ExpertTable> expert_tables_;
     uint64_t table_versions_ = 0;       // ExpertTable::version's last number
     bool decode_experts_wgmma_ = true;  // DEEPINFER_CUDA_DECODE_EXPERTS
+    bool hc_post_mix_ = false;          // DEEPINFER_CUDA_HC_POST_MIX
     bool decode_gemv_wgmma_ = true;     // DEEPINFER_CUDA_DECODE_GEMV
     bool fp8_gemm_ = true;              // DEEPINFER_CUDA_FP8_GEMM
     std::unordered_map<const LinearWeight*, WgmmaTable> wgmma_tables_;

@@ -771,7 +771,6 @@ struct PlanArgs {
     const int32_t* ids;  // [rows] I32 expert of each slot
     int64_t rows, d, inter;
     int rows_per_input, num_experts;
-    int* first;  // non-null (prefill): [warps, experts + 1] where each plan warp's slots of each bucket begin
 };
 
 constexpr int kPlanAhead = 8;  // groups of 32 slots whose ids a warp loads before it ranks them
@@ -786,8 +785,8 @@ __device__ __forceinline__ int plan_bucket(const PlanArgs& a, int64_t r, int64_t
 
 // One warp writes the row addresses of the slots [s0, s1) at their sorted positions: next[b] holds the position of
 // the segment's first slot in bucket b and moves on past them (32 slots at a time: a bucket's lanes found with
-// __match_any_sync, ranked by lane). fill_bad: the bad ids' output rows are filled with NaN here too.
-__device__ __forceinline__ void place_segment(const PlanArgs& a, int64_t s0, int64_t s1, int* next, bool fill_bad) {
+// __match_any_sync, ranked by lane).
+__device__ __forceinline__ void place_segment(const PlanArgs& a, int64_t s0, int64_t s1, int* next) {
     const int lane = threadIdx.x % 32;
     for (int64_t base = s0; base < s1; base += 32 * kPlanAhead) {
         int bs[kPlanAhead];
@@ -808,12 +807,6 @@ __device__ __forceinline__ void place_segment(const PlanArgs& a, int64_t s0, int
                 a.plan.out_rows[pos] = a.out + r * a.d;
             }
             __syncwarp();
-            if (fill_bad) {
-                for (unsigned bad = __ballot_sync(0xffffffffu, b == a.num_experts); bad; bad &= bad - 1) {
-                    float* row = a.out + (base + 32 * u + __ffs(bad) - 1) * a.d;
-                    for (int64_t f = lane; f < a.d; f += 32) row[f] = __int_as_float(0x7fc00000);
-                }
-            }
         }
     }
 }
@@ -824,12 +817,12 @@ __device__ __forceinline__ void place_segment(const PlanArgs& a, int64_t s0, int
 // no tile). Stable, so that the plan, and with it every result, does not depend on timing: warp w sorts the w-th
 // contiguous segment of the slots, 32 at a time (a bucket's lanes found with __match_any_sync, ranked by lane), and
 // a bucket's slots from warp w follow those of the warps before it. Each warp loads kPlanAhead groups' ids before it
-// ranks them (the loads in flight together, not one latency per group). With a.first (prefill's 98,304 slots) the
-// block leaves the placement to routed_place_kernel, which spreads it over 32 SMs. Measured on an H200
-// (CudaExpertsWgmma.PrefillThroughput): the device-planned op takes 9.69-9.82 ms a layer against 9.35-9.56 for the
-// host-planned one, ~0.3 ms more, the same with the placement in this block or split off: the cost lies elsewhere,
-// unmeasured (the suspect: the counting pass's 3,072 __match_any_sync on this one SM; shared-memory atomics would do
-// there, since counts need no order).
+// ranks them (the loads in flight together, not one latency per group). Measured on an H200
+// (CudaExpertsWgmma.PrefillThroughput, 98,304 slots): the device-planned op takes 9.69-9.82 ms a layer against
+// 9.35-9.56 for the host-planned one, ~0.3 ms more; placing the slots from 32 one-warp blocks instead of this block
+// changed nothing (run 4 of 2026-12-02, second session), so the cost lies elsewhere, unmeasured (the suspect: the
+// counting pass's 3,072 __match_any_sync on this one SM; shared-memory atomics would do there, since counts need no
+// order).
 template <int kMaxN, int kThreads>
 __global__ void __launch_bounds__(kThreads) routed_plan_kernel(const PlanArgs a) {
     pdl_prologue();  // see pdl.cuh
@@ -885,15 +878,11 @@ __global__ void __launch_bounds__(kThreads) routed_plan_kernel(const PlanArgs a)
     __syncthreads();
     for (int i = tid; i < kPlanWarps * B; i += kThreads) seg[i] += row0[i % B];  // positions in the sorted slots
     __syncthreads();
-    if (a.first) {
-        for (int i = tid; i < kPlanWarps * B; i += kThreads) a.first[i] = seg[i];
-    } else {
-        place_segment(a, s0, s1, mine, false);
-        __syncthreads();  // the block's out_rows writes are visible to it past here
-        for (int j = 0; j < count[E]; ++j) {
-            float* row = a.plan.out_rows[row0[E] + j];
-            for (int64_t f = tid; f < a.d; f += kThreads) row[f] = __int_as_float(0x7fc00000);
-        }
+    place_segment(a, s0, s1, mine);
+    __syncthreads();  // the block's out_rows writes are visible to it past here
+    for (int j = 0; j < count[E]; ++j) {
+        float* row = a.plan.out_rows[row0[E] + j];
+        for (int64_t f = tid; f < a.d; f += kThreads) row[f] = __int_as_float(0x7fc00000);
     }
     // Expert e's tiles are [F tile0[e], F tile0[e + 1]) of a list of F feature tiles per token tile, feature tile
     // major within them: tile i belongs to the last expert whose first token tile is at or before i / F (that
@@ -921,19 +910,6 @@ __global__ void __launch_bounds__(kThreads) routed_plan_kernel(const PlanArgs a)
 }
 static_assert(plan_smem_bytes(kPlanThreads, kRoutedWgmmaMaxExperts) <= 48 * 1024, "the decode plan's shared memory");
 
-// routed_plan_kernel's placement when it wrote a.first: block w (one warp) places plan warp w's segment of the slots,
-// so the scattered stores spread over kPlanWarps SMs. Shared memory: [num_experts + 1] ints.
-template <int kPlanWarps>
-__global__ void __launch_bounds__(32) routed_place_kernel(const PlanArgs a) {
-    pdl_prologue();  // see pdl.cuh
-    extern __shared__ int next[];
-    const int B = a.num_experts + 1, w = blockIdx.x;
-    for (int b = threadIdx.x; b < B; b += 32) next[b] = a.first[w * B + b];
-    __syncwarp();
-    const int64_t per = (a.rows + kPlanWarps - 1) / kPlanWarps;
-    const int64_t s0 = min(a.rows, w * per), s1 = min(a.rows, s0 + per);
-    place_segment(a, s0, s1, next, true);
-}
 static_assert(plan_smem_bytes(kPrefillPlanThreads, kRoutedWgmmaMaxExperts) <= 227 * 1024, "the prefill plan's");
 
 // B's bulk tensor copies over act [rows, k] bf16.
@@ -971,6 +947,23 @@ int prefill_consumer_warpgroups() {
     const std::string env = var ? var : "4";
     DI_CHECK(env == "2" || env == "4", "DEEPINFER_CUDA_EXPERTS_PREFILL_WGS must be 2 or 4, not '", env, "'");
     return env[0] - '0';
+}
+
+// Prefill's gate/up (p, B = p.act [rows, p.k]) and down (q, B = q.act [rows, q.k]) launches on the ring that
+// DEEPINFER_CUDA_EXPERTS_PREFILL_WGS picks, B by bulk tensor copies unless DEEPINFER_CUDA_EXPERTS_TMA=0 (the producer
+// threads' cp.async).
+void launch_prefill(const Params& p, int64_t tiles1, const Params& q, int64_t tiles2, int64_t rows,
+                    cudaStream_t stream) {
+    const bool tma = tma_switch_on("DEEPINFER_CUDA_EXPERTS_TMA");
+    const TileWidthMaps maps1 = tma ? act_maps(p.act, rows, p.k) : TileWidthMaps{};
+    const TileWidthMaps maps2 = tma ? act_maps(q.act, rows, q.k) : TileWidthMaps{};
+    if (prefill_consumer_warpgroups() == 4) {
+        launch_tiles<true, PrefillRing4>(p, tiles1, stream, tma ? &maps1 : nullptr);
+        launch_tiles<false, PrefillRing4>(q, tiles2, stream, tma ? &maps2 : nullptr);
+    } else {
+        launch_tiles<true, PrefillRing>(p, tiles1, stream, tma ? &maps1 : nullptr);
+        launch_tiles<false, PrefillRing>(q, tiles2, stream, tma ? &maps2 : nullptr);
+    }
 }
 
 // Decode's gate/up (p) and down (q) launches on ring R.
@@ -1073,8 +1066,6 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
                rows, static_cast<int>(d));
     DI_CUDA_LAUNCH_CHECK();
 
-    const bool tma = tma_switch_on("DEEPINFER_CUDA_EXPERTS_TMA");  // 0: B on the producer threads' cp.async
-    TileWidthMaps maps;
     Params p{};
     p.experts = reinterpret_cast<const ExpertPtrs*>(table + b1 + b2);
     p.tiles = reinterpret_cast<const Tile*>(table);
@@ -1083,25 +1074,14 @@ void launch_grouped_experts_wgmma(float* x, int64_t rows, const std::vector<uint
     p.k = static_cast<int>(d);
     p.out_cols = static_cast<int>(inter);
     p.limit = swiglu_limit;
-    if (tma) maps = act_maps(xb, rows, d);
-    const bool four = prefill_consumer_warpgroups() == 4;
-    const TileWidthMaps* maps_arg = tma ? &maps : nullptr;
-    if (four)
-        launch_tiles<true, PrefillRing4>(p, header.tiles1, stream, maps_arg);
-    else
-        launch_tiles<true, PrefillRing>(p, header.tiles1, stream, maps_arg);
-
-    p.tiles = reinterpret_cast<const Tile*>(table + b1);
-    if (tma) maps = act_maps(h, rows, inter);
-    p.act = h;
-    p.out = x;
-    p.out_rows = out_rows;
-    p.k = static_cast<int>(inter);
-    p.out_cols = static_cast<int>(d);
-    if (four)
-        launch_tiles<false, PrefillRing4>(p, header.tiles2, stream, maps_arg);
-    else
-        launch_tiles<false, PrefillRing>(p, header.tiles2, stream, maps_arg);
+    Params q = p;
+    q.tiles = reinterpret_cast<const Tile*>(table + b1);
+    q.act = h;
+    q.out = x;
+    q.out_rows = out_rows;
+    q.k = static_cast<int>(inter);
+    q.out_cols = static_cast<int>(d);
+    launch_prefill(p, header.tiles1, q, header.tiles2, rows, stream);
 
     DI_CUDA_CHECK(cudaFreeAsync(h, stream));
     DI_CUDA_CHECK(cudaFreeAsync(xb, stream));
@@ -1150,27 +1130,19 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     const int64_t at_in = 16, at_out = at_in + up16(rows * 8), at_t1 = at_out + up16(rows * 8);
     const int64_t at_t2 = at_t1 + cap1 * 16, at_xb = at_t2 + cap2 * 16, at_h = at_xb + rows * d * 2;
     const int64_t at_hf = at_h + up16(rows * inter * 2);
-    // ... or, at prefill, [the plan warps' first positions]
-    constexpr int kPrefillPlanWarps = kPrefillPlanThreads / 32;
-    const int64_t first_bytes = prefill ? int64_t{kPrefillPlanWarps} * (num_experts + 1) * 4 : 0;
     uint8_t* ws = nullptr;
-    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws),
-                                  at_hf + (quantize_h ? rows * inter * 4 : 0) + first_bytes, stream));
+    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), at_hf + (quantize_h ? rows * inter * 4 : 0), stream));
     const DevicePlan plan{reinterpret_cast<int*>(ws), reinterpret_cast<const float**>(ws + at_in),
                           reinterpret_cast<float**>(ws + at_out), reinterpret_cast<Tile*>(ws + at_t1),
                           reinterpret_cast<Tile*>(ws + at_t2)};
     uint16_t* xb = reinterpret_cast<uint16_t*>(ws + at_xb);
     uint16_t* h = reinterpret_cast<uint16_t*>(ws + at_h);
-    PlanArgs plan_args{plan, out, x, expert_of_row, rows, d, inter, rows_per_input, num_experts, nullptr};
-    if (prefill) {  // the plan, then the slots placed by kPrefillPlanWarps blocks
+    const PlanArgs plan_args{plan, out, x, expert_of_row, rows, d, inter, rows_per_input, num_experts};
+    if (prefill) {
         static std::atomic<uint64_t> configured{0};
         constexpr auto kernel = routed_plan_kernel<PrefillRing::kMaxN, kPrefillPlanThreads>;
-        const int smem = plan_smem_bytes(kPrefillPlanThreads, num_experts);
         allow_smem(kernel, plan_smem_bytes(kPrefillPlanThreads, kRoutedWgmmaMaxExperts), configured);
-        plan_args.first = reinterpret_cast<int*>(ws + at_hf);
-        launch_pdl(kernel, 1, kPrefillPlanThreads, smem, stream, plan_args);
-        DI_CUDA_LAUNCH_CHECK();
-        launch_pdl(routed_place_kernel<kPrefillPlanWarps>, kPrefillPlanWarps, 32, (num_experts + 1) * 4, stream,
+        launch_pdl(kernel, 1, kPrefillPlanThreads, plan_smem_bytes(kPrefillPlanThreads, num_experts), stream,
                    plan_args);
     } else {
         launch_pdl(routed_plan_kernel<DecodeRing::kMaxN, kPlanThreads>, 1, kPlanThreads,
@@ -1206,16 +1178,7 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
         {launch_decode<DecodeRingOf<1, 2>>, launch_decode<DecodeRingOf<2, 2>>, launch_decode<DecodeRingOf<4, 2>>},
         {launch_decode<DecodeRingOf<1, 4>>, launch_decode<DecodeRingOf<2, 4>>, launch_decode<DecodeRingOf<4, 4>>}};
     if (prefill) {  // as launch_grouped_experts_wgmma, with the tile counts in device memory
-        const bool tma = tma_switch_on("DEEPINFER_CUDA_EXPERTS_TMA");
-        const TileWidthMaps maps1 = tma ? act_maps(xb, rows, d) : TileWidthMaps{};
-        const TileWidthMaps maps2 = tma ? act_maps(h, rows, inter) : TileWidthMaps{};
-        if (prefill_consumer_warpgroups() == 4) {
-            launch_tiles<true, PrefillRing4>(p, cap1, stream, tma ? &maps1 : nullptr);
-            launch_tiles<false, PrefillRing4>(q, cap2, stream, tma ? &maps2 : nullptr);
-        } else {
-            launch_tiles<true, PrefillRing>(p, cap1, stream, tma ? &maps1 : nullptr);
-            launch_tiles<false, PrefillRing>(q, cap2, stream, tma ? &maps2 : nullptr);
-        }
+        launch_prefill(p, cap1, q, cap2, rows, stream);
     } else if (quantize_h) {  // gate/up, h quantized into the bf16 layout, down
         using R = DecodeRing;
         launch_tiles<true, R>(p, cap1, stream);

@@ -501,18 +501,33 @@ void launch_dots(float* part, const float* f, int64_t tokens, int64_t width, con
 // the partials scratch stays small; tokens are independent, so slabs do not change results. The tensor-core dots
 // take calls of more than kFewTokens tokens when allowed and their layout applies (else the SIMT kernels); their
 // split width is set by the first slab, for all.
+// expand (non-null, n = 4): streams (= expand->out) are made as the tensor-core dots load them
+// (launch_hc_post_dots_tc), which the caller has checked apply.
+struct HcExpand {
+    float* out;      // [rows, width]: the streams
+    const float* y;  // [rows, width / 4]
+    const float* post;
+    const float* comb;
+    const float* old;  // [rows, width]
+};
 template <typename Finish>
 void mix_in_slabs(const float* streams, int64_t rows, int64_t width, const float* fn, int mix_rows, bool tensor_cores,
-                  cudaStream_t stream, Finish finish) {
+                  cudaStream_t stream, Finish finish, const HcExpand* expand = nullptr) {
     DI_ICHECK(kFinishTokens * (mix_rows + 1) * sizeof(float) <= 48 * 1024, "hc mix rows ", mix_rows, " too many");
     const bool tc = tensor_cores && rows > kFewTokens && hc_dots_tc_applies(streams, width, fn, mix_rows);
+    DI_ICHECK(!expand || tc, "hc mix: the expand needs the tensor-core dots");
     const int64_t slab = std::min(rows, tc ? kTcSlabTokens : kSlabTokens);
     const int64_t split_width = tc ? hc_dots_tc_split_width(slab, width) : kChunk;
     const int parts = static_cast<int>((width + split_width - 1) / split_width);  // partials per token
     float* part = scratch_floats(slab * parts * (mix_rows + 1), stream);          // [slab, parts, M + 1] f32
     for (int64_t t0 = 0; t0 < rows; t0 += slab) {
         const int64_t count = std::min(slab, rows - t0);
-        if (tc) {
+        if (expand) {  // its slab's post and comb rows are read here, and rewritten only by the finish below
+            const int64_t d = width / 4;
+            launch_hc_post_dots_tc(part, expand->out + t0 * width, expand->y + t0 * d, expand->post + t0 * 4,
+                                   expand->comb + t0 * 16, expand->old + t0 * width, count, d, fn, mix_rows,
+                                   split_width, stream);
+        } else if (tc) {
             launch_hc_dots_tc(part, streams + t0 * width, count, width, fn, mix_rows, split_width, stream);
         } else {
             launch_dots(part, streams + t0 * width, count, width, fn, mix_rows, stream);
@@ -525,17 +540,27 @@ void mix_in_slabs(const float* streams, int64_t rows, int64_t width, const float
 
 }  // namespace
 
-void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
-                   cudaStream_t stream) {
+namespace {
+void mix(float* pre, float* post, float* comb, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
+         cudaStream_t stream, const HcExpand* expand) {
     if (rows == 0) return;
     const int n = p.n, mix_rows = (2 + n) * n;
     const int64_t width = n * d;
     const size_t smem = kFinishTokens * (mix_rows + 1) * sizeof(float);
-    mix_in_slabs(streams, rows, width, p.fn, mix_rows, p.tensor_cores, stream,
-                 [&](const float* part, int64_t t0, int64_t count, int chunks) {
-                     auto kernel = n == 4 ? hc_finish_kernel<4, false> : hc_finish_kernel<0, false>;
-                     launch_pdl(kernel, blocks_for(count, kFinishTokens), 128, smem, stream, pre + t0 * n, post + t0 * n, comb + t0 * n * n, part, count, chunks, width, p);
-                 });
+    mix_in_slabs(
+        streams, rows, width, p.fn, mix_rows, p.tensor_cores, stream,
+        [&](const float* part, int64_t t0, int64_t count, int chunks) {
+            auto kernel = n == 4 ? hc_finish_kernel<4, false> : hc_finish_kernel<0, false>;
+            launch_pdl(kernel, blocks_for(count, kFinishTokens), 128, smem, stream, pre + t0 * n, post + t0 * n,
+                       comb + t0 * n * n, part, count, chunks, width, p);
+        },
+        expand);
+}
+}  // namespace
+
+void launch_hc_mix(float* pre, float* post, float* comb, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
+                   cudaStream_t stream) {
+    mix(pre, post, comb, streams, rows, d, p, stream, nullptr);
 }
 
 bool hc_post_mix_applies(int64_t rows, int64_t d, const float* out, const float* y, const float* old, const HcDesc& p) {
@@ -544,26 +569,10 @@ bool hc_post_mix_applies(int64_t rows, int64_t d, const float* out, const float*
 
 void launch_hc_post_mix(float* pre, float* post, float* comb, float* out, const float* y, const float* old,
                         int64_t rows, int64_t d, const HcDesc& p, cudaStream_t stream) {
-    if (rows == 0) return;
-    DI_ICHECK(hc_post_mix_applies(rows, d, out, y, old, p), "hc_post_mix: n ", p.n, ", ", rows, " rows, d ", d);
-    // mix_in_slabs's tensor-core path, slab by slab, so that the partials and their sums are the same
-    constexpr int n = 4, mix_rows = (2 + n) * n;
-    const int64_t width = n * d;
-    const int64_t slab = std::min(rows, kTcSlabTokens);
-    const int64_t split_width = hc_dots_tc_split_width(slab, width);
-    const int parts = static_cast<int>((width + split_width - 1) / split_width);
-    float* part = scratch_floats(slab * parts * (mix_rows + 1), stream);  // [slab, parts, M + 1] f32
-    const size_t smem = kFinishTokens * (mix_rows + 1) * sizeof(float);
-    for (int64_t t0 = 0; t0 < rows; t0 += slab) {
-        const int64_t count = std::min(slab, rows - t0);
-        // The slab's expand reads its post and comb rows; the finish below rewrites only those rows, after it.
-        launch_hc_post_dots_tc(part, out + t0 * width, y + t0 * d, post + t0 * n, comb + t0 * n * n, old + t0 * width,
-                               count, d, p.fn, mix_rows, split_width, stream);
-        launch_pdl(hc_finish_kernel<4, false>, blocks_for(count, kFinishTokens), 128, smem, stream, pre + t0 * n,
-                   post + t0 * n, comb + t0 * n * n, part, count, parts, width, p);
-        DI_CUDA_LAUNCH_CHECK();
-    }
-    DI_CUDA_CHECK(cudaFreeAsync(part, stream));
+    DI_ICHECK(rows == 0 || hc_post_mix_applies(rows, d, out, y, old, p), "hc_post_mix: n ", p.n, ", ", rows,
+              " rows, d ", d);
+    const HcExpand expand{out, y, post, comb, old};
+    mix(pre, post, comb, out, rows, d, p, stream, &expand);
 }
 
 bool hc_pre_norm_fused_applies(int64_t n, int64_t rows, int64_t d, const float* out, const float* streams,
