@@ -3,6 +3,8 @@
 // the bound is fp32 summation-order noise: max |cuda - cpu| / max |cpu| <= 1e-5 (NaN never passes).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -17,8 +19,8 @@
 #include "backend/cuda/cuda_backend.h"
 #include "core/dtype.h"
 #include "core/weight.h"
-#include "support/npy_compare.h"
 #include "cuda_test_support.h"
+#include "support/npy_compare.h"
 
 namespace deepinfer {
 namespace {
@@ -618,8 +620,9 @@ TEST_F(CudaOpsDefaultMode, HcPostPreNormIsTheTwoOpsBitwise) {
         const char* env;
     };
     for (Case k : {Case{600, 4096, 0, true, "1"}, Case{4100, 4096, 0, true, "1"}, Case{65, 64, 0, true, "1"},
-                   Case{17000, 32, 0, true, "1"}, Case{64, 4096, 0, false, "1"}, Case{300, 48, 0, false, "1"},
-                   Case{300, 512, 1, false, "1"}, Case{600, 4096, 0, false, nullptr}}) {
+                   Case{17000, 32, 0, true, "1"}, Case{64, 4096, 0, false, "1"}, Case{300, 48, 0, true, "1"},
+                   Case{300, 36, 0, true, "1"}, Case{300, 50, 0, false, "1"}, Case{300, 512, 1, false, "1"},
+                   Case{600, 4096, 0, false, nullptr}}) {
         SCOPED_TRACE(testing::Message() << "rows " << k.rows << " d " << k.d << " offset " << k.offset);
         const int n = 4;
         const int64_t rows = k.rows, d = k.d;
@@ -650,6 +653,49 @@ TEST_F(CudaOpsDefaultMode, HcPostPreNormIsTheTwoOpsBitwise) {
         EXPECT_TRUE(same_bits(fetch(comb_b), fetch(comb_a))) << "comb";
         EXPECT_TRUE(same_bits(fetch(normed_b), fetch(normed_a))) << "normed";
     }
+}
+
+// Times a sublayer boundary's expand + collapse at a prefill's shape (16,384 tokens, d 4096): hc_post then
+// hc_pre_norm, against hc_post_pre_norm with DEEPINFER_CUDA_HC_POST_MIX=1 (the mix's dots making the expand), under
+// each L2 prefetch size of the dots' loads (DEEPINFER_CUDA_HC_L2_PREFETCH). Prints the best of 3 calls; checks that the
+// fused call still matches bitwise.
+TEST_F(CudaOpsDefaultMode, HcPostPreNormThroughput) {
+    const int n = 4;
+    const int64_t rows = 16384, d = 4096;
+    const HcInputs in = hc_inputs(n, rows, d, 1.0f / std::sqrt(float(n * d)));
+    const Tensor y = device(host(randn(rows * d), Shape{rows, d})), w = device(host(randn(d), Shape{d}));
+    const std::vector<float> post0 = randn(rows * n), comb0 = randn(rows * n * n, 0.5f);
+    Tensor out = poisoned(Shape{rows, n, d}), normed = poisoned(Shape{rows, d});
+    Tensor post = device(host(post0, Shape{rows, n})), comb = device(host(comb0, Shape{rows, n, n}));
+    const auto time = [&](Backend& be, bool fused) {
+        double best = 1e30;
+        for (int it = 0; it < 4; ++it) {
+            be.upload(post, post0.data());
+            be.upload(comb, comb0.data());
+            be.synchronize();
+            const auto t0 = std::chrono::steady_clock::now();
+            if (fused) {
+                be.hc_post_pre_norm(out, y, post, comb, in.sd, normed, in.mix(true), w.f32(), 1e-6f);
+            } else {
+                be.hc_post(out, y, post, comb, in.sd);
+                be.hc_pre_norm(normed, post, comb, out, in.mix(true), w.f32(), 1e-6f);
+            }
+            be.synchronize();
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            if (it > 0) best = std::min(best, s);
+        }
+        return best;
+    };
+    const double two = time(*gpu_, false);
+    const std::vector<float> want_out = fetch(out), want_normed = fetch(normed);
+    setenv("DEEPINFER_CUDA_HC_POST_MIX", "1", 1);
+    const std::unique_ptr<Backend> be = create_backend("cuda", 2);
+    unsetenv("DEEPINFER_CUDA_HC_POST_MIX");
+    const double one = time(*be, true);
+    std::printf("hc boundary, %lld tokens, d %lld: hc_post + hc_pre_norm %.3f ms, hc_post_pre_norm fused %.3f ms\n",
+                static_cast<long long>(rows), static_cast<long long>(d), two * 1e3, one * 1e3);
+    EXPECT_TRUE(same_bits(fetch(out), want_out)) << "out";
+    EXPECT_TRUE(same_bits(fetch(normed), want_normed)) << "normed";
 }
 
 // Batch-invariant mode keeps the SIMT kernels, whose results do not depend on the row count (520 rows would

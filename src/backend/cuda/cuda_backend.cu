@@ -617,8 +617,8 @@ public:
                              streams.dim(2), stream_);
     }
     // With DEEPINFER_CUDA_HC_POST_MIX=1, the expand made by the mix's tensor-core dots as they load it
-    // (launch_hc_post_mix: meant to be bitwise hc_post then hc_pre_norm, with one read of the new streams fewer,
-    // ~0.4 ms a call at a prefill of 16K tokens) where that applies. Off by default: not yet run on a GPU.
+    // (launch_hc_post_mix: bitwise hc_post then hc_pre_norm, with one read of the new streams fewer) where that
+    // applies. Off by default: slower so far (1.39 against 1.28 ms a call at 16K tokens; hc_dots_tc.cu says why).
     void hc_post_pre_norm(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams,
                           TensorView normed, const HcParams& p, const float* norm_weight, float eps) override {
         const cuda::HcDesc desc = hc_describe(p);

@@ -17,14 +17,16 @@
 // zero every stage (16 widths, 6 MMAs) and are added into fp32 registers, rounding to nearest; the emulation (a
 // host model of all of this at the model's shape, 600 tokens) then puts the coefficients ~3.5e-7 from the fp32
 // SIMT kernels' and ~3.5e-6 from the CPU's (the CPU's own error), and plain TF32 ~3.3e-4 away.
-// Sum order: per warp, stage sums in width order; the two width-halves of a stage (warps wk = 0, 1) added in that
-// order; then the splits, in order, by the finish kernel. It depends on T (the split count), so the backend takes
-// this path only outside batch-invariant mode (and not in the exact fp32 mode).
+// Sum order: per warp, stage sums in stage order (see Tiling for the widths a stage holds); the two width-halves of a
+// stage (warps wk = 0, 1) added in that order; then the splits, in order, by the finish kernel. It depends on T (the
+// split count), so the backend takes this path only outside batch-invariant mode (and not in the exact fp32 mode).
 //
 // Tiling. Block: 8 warps, 128 tokens, stages of 32 widths (f [128, 32] and fn [NT * 8, 32]) through a 4-deep
 // cp.async ring; warp (wm, wk) computes tokens wm * 32 .. + 32 (two m16 tiles, each fn fragment feeding both)
 // over widths wk * 16 .. + 16 of every stage. Grid: (token tiles, splits); split s covers widths
-// [s * Ks, (s + 1) * Ks) (Ks whole stages, zeros past W) and writes its partials [T, S, M + 1] to the scratch,
+// [s * Ks, (s + 1) * Ks) (Ks whole stages, zeros past W), or, where f is 4 streams of d columns (`cols` = d: the mHC
+// mix, n = 4; Ks % 128 == 0), columns [s * Ks / 4, (s + 1) * Ks / 4) of each stream, stage 4 b + k holding stream k
+// at the split's b-th block of 32 columns (zeros past d), and writes its partials [T, S, M + 1] to the scratch,
 // which the finish kernel adds in split order. Staged row r keeps its two 16-float pieces in the order
 // (p ^ (r & 1)): a warp's float4 reads of rows g and g + 1 then fall on opposite bank halves (conflict-free).
 // A lane (g, c) reads the float4 at widths 4c .. 4c + 3 of its piece for rows g and g + 8 (A) and for fn row g
@@ -43,14 +45,20 @@
 //   Measured (H200, prefill 8 x 2048, run 18): 0.40 ms a call for the whole mix, finish included.
 //
 // With the expand (launch_hc_post_dots_tc, kPost; hyper_connection.cu's launch_hc_post_mix, behind
-// DEEPINFER_CUDA_HC_POST_MIX=1, NOT YET RUN ON A GPU): at a sublayer boundary the streams f are hc_post's output,
-// which the mix would read back (1.07 GB at 16K tokens) right after hc_post wrote it. Here the block's loader makes f
-// itself: for its 4 rows and 4 widths a stage, y and the 4 old streams at those columns (ld.global, two rows at a time:
-// four spill), hc_post's sums, a store of f and one to the stage (the fn rows keep cp.async). Each element of f is
-// made once (a stage's widths lie in one stream: d % 32 == 0). A split's loads read all 4 old streams for its one
-// stream's widths, so the grid puts a token tile's splits next to each other (blockIdx.x = split) to share those
-// reads through L2. Expected: about hc_post's time (its bytes), replacing hc_post + the mix's dots (~0.57 + ~0.35 ms a
-// call at 16K tokens), unless the loader's exposed load latency (no cp.async ring for f) dominates.
+// DEEPINFER_CUDA_HC_POST_MIX=1, off: slower): at a sublayer boundary the streams f are hc_post's output, which the
+// mix reads back (1.07 GB at 16K tokens) right after hc_post wrote it. Here the loader makes f itself, split by
+// columns as above: at the first stage of a column block (stream 0) each thread loads y and the 4 old streams at its
+// 4 columns for its 4 rows (two rows' loads in flight at a time), makes all 4 streams' values there with hc_post's
+// sums (post y, then the old streams' terms in stream order), stages stream 0's and stores all 4 to f; the block's
+// next 3 stages (streams 1-3) copy theirs back from f like the plain kernel (L2 hits). Each old and y element is read
+// once and each f element made once. Measured (H200, CudaOpsDefaultMode.HcPostPreNormThroughput, 16,384 tokens,
+// d 4096, runs of 2026-12-02, third session): 1.39 ms a boundary against 1.28 for hc_post + hc_pre_norm, bitwise the
+// same. The stream-0 stages wait on their loads (two round trips a column block, no other work of the block in
+// flight); four rows' loads at once spill (1.86 ms). Two earlier designs: a split as one stream's widths (each load
+// reading all 4 old streams, every stage waiting on its loads) 1.58 ms in the model against 0.98 for hc_post + the
+// mix; stages of 8 columns of all 4 streams (32 bytes of a row a stage) 2.8-2.9 ms whatever the L2 prefetch size.
+// What would close the gap: the loader's loads in flight while the block computes (a warp-specialized producer, or
+// a cp.async ring of raw y and old rows, 80 KB a column block at 128 tokens).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -104,11 +112,19 @@ __device__ __forceinline__ float sum_squares(float4 v, float acc) {
 }
 
 // cp.async of 16 bytes (zeros past src_bytes) that has L2 fetch the surrounding 256 bytes: a token row is staged
-// 128 bytes a stage, so the next stage's piece is already in L2 (one DRAM access of 256 bytes, not two of 128).
+// 128 bytes a stage, so the row's next piece is already in L2 (one DRAM access of 256 bytes, not two of 128).
 __device__ __forceinline__ void cp_async16_l2_256(void* dst, const void* src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(mma::smem_addr(dst)), "l"(src),
                  "r"(src_bytes)
                  : "memory");
+}
+// The same for a load into registers.
+__device__ __forceinline__ float4 ld_l2_256(const float* src) {
+    float4 v;
+    asm volatile("ld.global.nc.L2::256B.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "l"(src));
+    return v;
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -118,8 +134,7 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // With kPost, f is made as the block stages it: the mHC expand of the sublayer before (hc_post's arithmetic, n = 4),
 // f[t, k d + c] = post[t, k] y[t, c] + sum_j comb[t, j, k] old[t, j d + c], written to f as well as staged. f: [T, 4 d]
-// (out), y [T, d], post [T, 4], comb [T, 4, 4], old [T, 4 d] f32; d % 32 == 0 (a stage's 32 widths lie in one stream
-// k), all 16-byte aligned.
+// (out), y [T, d], post [T, 4], comb [T, 4, 4], old [T, 4 d] f32; d % 4 == 0, all 16-byte aligned.
 struct PostSource {
     float* out;  // f, written (the kernel's f is only read without kPost)
     const float* y;
@@ -130,32 +145,42 @@ struct PostSource {
 };
 
 // part [T, splits, M + 1] f32: split blockIdx.y's partials of the 128 tokens of tile blockIdx.x (kPost: split
-// blockIdx.x of tile blockIdx.y, so that a tile's splits, which read the same old rows, run side by side and share
-// them through L2).
-// f: [T, W] f32, fn: [M, W] f32, both 16-byte aligned, W % 4 == 0; M <= NT * 8.
+// blockIdx.x of tile blockIdx.y).
+// f: [T, W] f32, fn: [M, W] f32, both 16-byte aligned, W % 4 == 0; M <= NT * 8. cols: 0, or d where f is 4 streams
+// of d columns (then split_width % (4 kStep) == 0).
 template <int NT, bool kPost>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     hc_dots_tc_kernel(float* __restrict__ part, const float* __restrict__ f, const float* __restrict__ fn,
-                      int64_t tokens, int64_t width, int rows, int64_t split_width, int splits, PostSource src) {
+                      int64_t tokens, int64_t width, int rows, int64_t split_width, int splits, int64_t cols,
+                      PostSource src) {
     extern __shared__ __align__(16) float smem[];  // kStages x [128 + NT * 8 rows, 32] f32
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
     const int wm = warp % kWarpsM, wk = warp / kWarpsM;
     const int64_t t0 = static_cast<int64_t>(kPost ? blockIdx.y : blockIdx.x) * kTokens;
     const int split = kPost ? blockIdx.x : blockIdx.y;
-    const int64_t k_begin = split * split_width, k_end = min(width, k_begin + split_width);
-    const int steps = static_cast<int>((k_end - k_begin + kStep - 1) / kStep);
+    // The split's span: widths [begin, end), or (cols > 0) columns [begin, end) of each of the 4 streams, stage s
+    // then being stream s % 4 at the span's column block s / 4 (32 columns).
+    const int64_t span = cols ? split_width / 4 : split_width;
+    const int64_t begin = split * span, end = min(cols ? cols : width, begin + span);
+    const int blocks = static_cast<int>((end - begin + kStep - 1) / kStep);
+    const int steps = cols ? 4 * blocks : blocks;
 
     // Thread i stages 16-byte chunk q = i % 8 of f rows i / 8 + 32 j (j < 4) and, for i < NT * 64, of fn row
-    // i / 8: zeros past the split's widths, past the tokens and past M (cp.async with 0 source bytes).
+    // i / 8: zeros past the split's span, past the tokens and past M (cp.async with 0 source bytes). Chunk q of
+    // stage s lies at column (or width) stage_at(s, q) of its stream, at width stage_width(s, q) of f.
     const int q = threadIdx.x % 8, r0 = threadIdx.x / 8;
+    const auto stage_at = [&](int s) { return begin + static_cast<int64_t>(cols ? s / 4 : s) * kStep + 4 * q; };
+    const auto stage_width = [&](int s) { return (cols ? (s % 4) * cols : 0) + stage_at(s); };
+
     auto load = [&](int s) {
         float* st = smem + (s % kStages) * staged_rows<NT>() * kStep;
-        const int64_t k = k_begin + static_cast<int64_t>(s) * kStep + 4 * q;
-        const bool k_ok = k < k_end;  // whole float4s: W % 4 == 0
-        if constexpr (kPost) {
-            // Stream ks, column cs of every old stream, two rows at a time (their 10 loads in flight together; all
-            // four rows' would spill), each as hc_post sums it: post y, then the old streams' terms in stream order.
-            const int64_t ks = k / src.d, cs = k % src.d;
+        const int64_t at = stage_at(s), k = stage_width(s);
+        const bool k_ok = at < end;  // whole float4s: W % 4 == 0 (d % 4 == 0 with cols)
+        if (kPost && s % 4 == 0) {
+            // A column block's first stage makes all 4 streams' values there (each old and y element read once),
+            // two rows at a time (their 10 loads in flight together; all four rows' would spill), each as hc_post
+            // sums it: post y, then the old streams' terms in stream order. Stream 0's values go to the stage, all
+            // four to f, where the block's next 3 stages read them back (L2 hits: written a stage before).
 #pragma unroll 1
             for (int j0 = 0; j0 < kTokens / 32; j0 += 2) {
                 float4 y4[2], old4[2][4];
@@ -163,34 +188,38 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                 for (int h = 0; h < 2; ++h) {
                     const int64_t t = t0 + r0 + 32 * (j0 + h);
                     if (k_ok && t < tokens) {
-                        y4[h] = *reinterpret_cast<const float4*>(src.y + t * src.d + cs);
+                        y4[h] = ld_l2_256(src.y + t * src.d + at);
 #pragma unroll
-                        for (int i = 0; i < 4; ++i)
-                            old4[h][i] = *reinterpret_cast<const float4*>(src.old + (t * 4 + i) * src.d + cs);
+                        for (int i = 0; i < 4; ++i) old4[h][i] = ld_l2_256(src.old + (t * 4 + i) * src.d + at);
                     }
                 }
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int r = r0 + 32 * (j0 + h);
                     const int64_t t = t0 + r;
-                    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-                    if (k_ok && t < tokens) {
-                        const float p = src.post[t * 4 + ks];
-                        v = make_float4(p * y4[h].x, p * y4[h].y, p * y4[h].z, p * y4[h].w);
+                    const bool ok = k_ok && t < tokens;
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) {
-                            const float w = src.comb[(t * 4 + i) * 4 + ks];
-                            v.x = fmaf(w, old4[h][i].x, v.x);
-                            v.y = fmaf(w, old4[h][i].y, v.y);
-                            v.z = fmaf(w, old4[h][i].z, v.z);
-                            v.w = fmaf(w, old4[h][i].w, v.w);
+                    for (int ks = 0; ks < 4; ++ks) {
+                        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+                        if (ok) {
+                            const float p = src.post[t * 4 + ks];
+                            v = make_float4(p * y4[h].x, p * y4[h].y, p * y4[h].z, p * y4[h].w);
+#pragma unroll
+                            for (int i = 0; i < 4; ++i) {
+                                const float w = src.comb[(t * 4 + i) * 4 + ks];
+                                v.x = fmaf(w, old4[h][i].x, v.x);
+                                v.y = fmaf(w, old4[h][i].y, v.y);
+                                v.z = fmaf(w, old4[h][i].z, v.z);
+                                v.w = fmaf(w, old4[h][i].w, v.w);
+                            }
+                            *reinterpret_cast<float4*>(src.out + t * width + ks * src.d + at) = v;
                         }
-                        *reinterpret_cast<float4*>(src.out + t * width + k) = v;
+                        if (ks == 0) *reinterpret_cast<float4*>(st + piece_at(r, q / 4) + 4 * (q % 4)) = v;
                     }
-                    *reinterpret_cast<float4*>(st + piece_at(r, q / 4) + 4 * (q % 4)) = v;
                 }
             }
         } else {
+            // kPost: f's values made by this thread at stage s - s % 4 (ordered by the barriers between).
 #pragma unroll
             for (int j = 0; j < kTokens / 32; ++j) {
                 const int r = r0 + 32 * j;
@@ -307,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
 
 template <int NT, bool kPost>
 void launch_nt(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
-               int64_t split_width, int splits, const PostSource& src, cudaStream_t stream) {
+               int64_t split_width, int splits, int64_t cols, const PostSource& src, cudaStream_t stream) {
     static std::atomic<uint64_t> configured{0};  // one bit per device
     constexpr int bytes = smem_floats<NT>() * static_cast<int>(sizeof(float));
     constexpr auto kernel = hc_dots_tc_kernel<NT, kPost>;
@@ -322,7 +351,7 @@ void launch_nt(float* part, const float* f, int64_t tokens, int64_t width, const
     }
     const unsigned tiles = static_cast<unsigned>(ceil_div(tokens, kTokens));
     const dim3 grid = kPost ? dim3(static_cast<unsigned>(splits), tiles) : dim3(tiles, static_cast<unsigned>(splits));
-    kernel<<<grid, kThreads, bytes, stream>>>(part, f, fn, tokens, width, rows, split_width, splits, src);
+    kernel<<<grid, kThreads, bytes, stream>>>(part, f, fn, tokens, width, rows, split_width, splits, cols, src);
 }
 
 }  // namespace
@@ -334,38 +363,43 @@ bool hc_dots_tc_applies(const float* f, int64_t width, const float* fn, int rows
 
 // The fewest splits (a power of two, each at least kMinSplit wide) whose blocks fill every SM's kBlocksPerSm
 // slots; their width in whole stages. At 16,384 tokens and W = 16,384 on 132 SMs: 4 splits, 512 blocks.
-int64_t hc_dots_tc_split_width(int64_t tokens, int64_t width) {
+// With 4 streams, whole column blocks of each stream (4 stages).
+int64_t hc_dots_tc_split_width(int64_t tokens, int64_t width, int64_t streams) {
     const int64_t tiles = ceil_div(tokens, kTokens), target = kBlocksPerSm * int64_t{device_sm_count()};
     const int64_t most = std::max<int64_t>(1, width / kMinSplit);
     int64_t splits = 1;
     while (splits < most && tiles * splits < target) splits *= 2;
-    return ceil_div(ceil_div(width, std::min(splits, most)), kStep) * kStep;
+    const int64_t unit = streams == 4 ? 4 * kStep : kStep;
+    return ceil_div(ceil_div(width, std::min(splits, most)), unit) * unit;
 }
 
 void launch_hc_dots_tc(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
-                       int64_t split_width, cudaStream_t stream) {
-    DI_ICHECK(hc_dots_tc_applies(f, width, fn, rows) && split_width % kStep == 0, "hc tensor-core dots layout");
+                       int64_t split_width, int64_t streams, cudaStream_t stream) {
+    DI_ICHECK(hc_dots_tc_applies(f, width, fn, rows) && split_width % kStep == 0 &&
+                  (streams == 1 || (streams == 4 && width % 16 == 0 && split_width % (4 * kStep) == 0)),
+              "hc tensor-core dots layout");
     const int64_t splits = ceil_div(width, split_width);
     DI_ICHECK(splits <= 65535, "hc tensor-core dots: ", splits, " splits");
     auto launch = rows <= 8 ? launch_nt<1, false> : rows <= 16 ? launch_nt<2, false> : launch_nt<3, false>;
-    launch(part, f, tokens, width, fn, rows, split_width, static_cast<int>(splits), PostSource{}, stream);
+    launch(part, f, tokens, width, fn, rows, split_width, static_cast<int>(splits), streams == 4 ? width / 4 : 0,
+           PostSource{}, stream);
     DI_CUDA_LAUNCH_CHECK();
 }
 
 bool hc_post_dots_tc_applies(const float* out, const float* y, const float* old, int64_t d, const float* fn, int rows) {
     const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    return d > 0 && d % kStep == 0 && aligned(y) && aligned(old) && hc_dots_tc_applies(out, 4 * d, fn, rows);
+    return d > 0 && d % 4 == 0 && aligned(y) && aligned(old) && hc_dots_tc_applies(out, 4 * d, fn, rows);
 }
 
 void launch_hc_post_dots_tc(float* part, float* out, const float* y, const float* post, const float* comb,
                             const float* old, int64_t tokens, int64_t d, const float* fn, int rows, int64_t split_width,
                             cudaStream_t stream) {
-    DI_ICHECK(hc_post_dots_tc_applies(out, y, old, d, fn, rows) && split_width % kStep == 0,
+    DI_ICHECK(hc_post_dots_tc_applies(out, y, old, d, fn, rows) && split_width % (4 * kStep) == 0,
               "hc tensor-core dots with the expand: layout");
     const int64_t width = 4 * d, splits = ceil_div(width, split_width);
     DI_ICHECK(splits <= 65535 && ceil_div(tokens, kTokens) <= 65535, "hc tensor-core dots: ", splits, " splits");
     auto launch = rows <= 8 ? launch_nt<1, true> : rows <= 16 ? launch_nt<2, true> : launch_nt<3, true>;
-    launch(part, out, tokens, width, fn, rows, split_width, static_cast<int>(splits),
+    launch(part, out, tokens, width, fn, rows, split_width, static_cast<int>(splits), d,
            PostSource{out, y, post, comb, old, d}, stream);
     DI_CUDA_LAUNCH_CHECK();
 }

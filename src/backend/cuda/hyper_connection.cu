@@ -511,13 +511,15 @@ struct HcExpand {
     const float* old;  // [rows, width]
 };
 template <typename Finish>
-void mix_in_slabs(const float* streams, int64_t rows, int64_t width, const float* fn, int mix_rows, bool tensor_cores,
-                  cudaStream_t stream, Finish finish, const HcExpand* expand = nullptr) {
+void mix_in_slabs(const float* streams, int64_t rows, int64_t width, int n, const float* fn, int mix_rows,
+                  bool tensor_cores, cudaStream_t stream, Finish finish, const HcExpand* expand = nullptr) {
     DI_ICHECK(kFinishTokens * (mix_rows + 1) * sizeof(float) <= 48 * 1024, "hc mix rows ", mix_rows, " too many");
     const bool tc = tensor_cores && rows > kFewTokens && hc_dots_tc_applies(streams, width, fn, mix_rows);
     DI_ICHECK(!expand || tc, "hc mix: the expand needs the tensor-core dots");
     const int64_t slab = std::min(rows, tc ? kTcSlabTokens : kSlabTokens);
-    const int64_t split_width = tc ? hc_dots_tc_split_width(slab, width) : kChunk;
+    // 4 streams: split by columns, as the expand's dots (the same sums, whichever made the streams)
+    const int64_t streams_in_width = n == 4 && width % 16 == 0 ? 4 : 1;
+    const int64_t split_width = tc ? hc_dots_tc_split_width(slab, width, streams_in_width) : kChunk;
     const int parts = static_cast<int>((width + split_width - 1) / split_width);  // partials per token
     float* part = scratch_floats(slab * parts * (mix_rows + 1), stream);          // [slab, parts, M + 1] f32
     for (int64_t t0 = 0; t0 < rows; t0 += slab) {
@@ -528,7 +530,8 @@ void mix_in_slabs(const float* streams, int64_t rows, int64_t width, const float
                                    expand->comb + t0 * 16, expand->old + t0 * width, count, d, fn, mix_rows,
                                    split_width, stream);
         } else if (tc) {
-            launch_hc_dots_tc(part, streams + t0 * width, count, width, fn, mix_rows, split_width, stream);
+            launch_hc_dots_tc(part, streams + t0 * width, count, width, fn, mix_rows, split_width, streams_in_width,
+                              stream);
         } else {
             launch_dots(part, streams + t0 * width, count, width, fn, mix_rows, stream);
         }
@@ -548,7 +551,7 @@ void mix(float* pre, float* post, float* comb, const float* streams, int64_t row
     const int64_t width = n * d;
     const size_t smem = kFinishTokens * (mix_rows + 1) * sizeof(float);
     mix_in_slabs(
-        streams, rows, width, p.fn, mix_rows, p.tensor_cores, stream,
+        streams, rows, width, n, p.fn, mix_rows, p.tensor_cores, stream,
         [&](const float* part, int64_t t0, int64_t count, int chunks) {
             auto kernel = n == 4 ? hc_finish_kernel<4, false> : hc_finish_kernel<0, false>;
             launch_pdl(kernel, blocks_for(count, kFinishTokens), 128, smem, stream, pre + t0 * n, post + t0 * n,
@@ -604,7 +607,7 @@ void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t 
     const int n = p.n;
     const int64_t width = n * d;
     const size_t smem = kFinishTokens * (n + 1) * sizeof(float);
-    mix_in_slabs(streams, rows, width, p.fn, n, p.tensor_cores, stream,
+    mix_in_slabs(streams, rows, width, 1, p.fn, n, p.tensor_cores, stream,
                  [&](const float* part, int64_t t0, int64_t count, int chunks) {
                      launch_pdl(hc_finish_kernel<0, true>, blocks_for(count, kFinishTokens), 128, smem, stream, pre + t0 * n, nullptr, nullptr, part, count, chunks, width, p);
                  });

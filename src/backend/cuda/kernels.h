@@ -181,15 +181,17 @@ void launch_hc_post(float* out, const float* y, const float* post, const float* 
 void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t d, const HcDesc& p,
                         cudaStream_t stream);
 // The mix dots on the tensor cores (hc_dots_tc.cu): part [tokens, S, rows + 1] = the partials of S = ceil(width
-// / split_width) splits of the width of f [tokens, width] . fn [rows, width]^T and of the sums of squares. Applies
-// for rows <= 24, width % 4 == 0 and 16-byte aligned f and fn; split_width from hc_dots_tc_split_width.
+// / split_width) splits of f [tokens, width] . fn [rows, width]^T and of the sums of squares. Applies for rows <= 24,
+// width % 4 == 0 and 16-byte aligned f and fn; split_width from hc_dots_tc_split_width (the same streams). streams:
+// 1 (a split is a range of the width) or 4 (width % 16 == 0: the width is 4 streams, and a split the same range of
+// columns in each, summed in blocks of 32 columns, stream by stream, as launch_hc_post_dots_tc makes them).
 bool hc_dots_tc_applies(const float* f, int64_t width, const float* fn, int rows);
-int64_t hc_dots_tc_split_width(int64_t tokens, int64_t width);
+int64_t hc_dots_tc_split_width(int64_t tokens, int64_t width, int64_t streams);
 void launch_hc_dots_tc(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
-                       int64_t split_width, cudaStream_t stream);
+                       int64_t split_width, int64_t streams, cudaStream_t stream);
 // The same dots over out [tokens, 4 d] made as they are loaded: out = launch_hc_post(y [tokens, d], post [tokens, 4],
-// comb [tokens, 4, 4], old [tokens, 4 d]) bitwise, written once; the dots bitwise launch_hc_dots_tc's over that out.
-// Applies for d % 32 == 0 and 16-byte aligned out, y, old and fn (and rows <= 24).
+// comb [tokens, 4, 4], old [tokens, 4 d]) bitwise, written once; the dots bitwise launch_hc_dots_tc's over that out
+// with streams = 4. Applies for d % 4 == 0 and 16-byte aligned out, y, old and fn (and rows <= 24).
 bool hc_post_dots_tc_applies(const float* out, const float* y, const float* old, int64_t d, const float* fn, int rows);
 void launch_hc_post_dots_tc(float* part, float* out, const float* y, const float* post, const float* comb,
                             const float* old, int64_t tokens, int64_t d, const float* fn, int rows, int64_t split_width,
