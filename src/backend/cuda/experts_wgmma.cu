@@ -783,10 +783,11 @@ __device__ __forceinline__ int plan_bucket(const PlanArgs& a, int64_t r, int64_t
     return id >= 0 && id < a.num_experts ? static_cast<int>(id) : a.num_experts;
 }
 
-// One warp writes the row addresses of the slots [s0, s1) at their sorted positions: next[b] holds the position of
-// the segment's first slot in bucket b and moves on past them (32 slots at a time: a bucket's lanes found with
-// __match_any_sync, ranked by lane).
-__device__ __forceinline__ void place_segment(const PlanArgs& a, int64_t s0, int64_t s1, int* next) {
+// One warp walks the slots [s0, s1) 32 at a time (kPlanAhead groups' ids loaded before it ranks them: the loads in
+// flight together, not one latency per group) and calls rank(r, b, same) for each: slot r's bucket b (-1 past the
+// segment) and the mask of the lanes sharing it (__match_any_sync), with a __syncwarp after each group.
+template <typename Rank>
+__device__ __forceinline__ void walk_segment(const PlanArgs& a, int64_t s0, int64_t s1, Rank rank) {
     const int lane = threadIdx.x % 32;
     for (int64_t base = s0; base < s1; base += 32 * kPlanAhead) {
         int bs[kPlanAhead];
@@ -794,18 +795,7 @@ __device__ __forceinline__ void place_segment(const PlanArgs& a, int64_t s0, int
         for (int u = 0; u < kPlanAhead; ++u) bs[u] = plan_bucket(a, base + 32 * u + lane, s1);
 #pragma unroll
         for (int u = 0; u < kPlanAhead; ++u) {
-            const int64_t r = base + 32 * u + lane;
-            const int b = bs[u];
-            const unsigned same = __match_any_sync(0xffffffffu, b);
-            const int first = b >= 0 ? next[b] : 0;  // read by the whole group before its lowest lane moves it on
-            __syncwarp();
-            if (b >= 0) {
-                if (lane == __ffs(same) - 1) next[b] = first + __popc(same);
-                const int pos = first + __popc(same & ((1u << lane) - 1));
-                // 32-bit division (rows < 2^30): the 64-bit one is a long call on the warp's serial path
-                a.plan.in_rows[pos] = a.x + static_cast<int64_t>(static_cast<int>(r) / a.rows_per_input) * a.d;
-                a.plan.out_rows[pos] = a.out + r * a.d;
-            }
+            rank(base + 32 * u + lane, bs[u], __match_any_sync(0xffffffffu, bs[u]));
             __syncwarp();
         }
     }
@@ -816,18 +806,17 @@ __device__ __forceinline__ void place_segment(const PlanArgs& a, int64_t s0, int
 // cut into tiles of kMaxN rows (the ring's), the tile counts, and NaN in the bad ids' output rows (their slots are in
 // no tile). Stable, so that the plan, and with it every result, does not depend on timing: warp w sorts the w-th
 // contiguous segment of the slots, 32 at a time (a bucket's lanes found with __match_any_sync, ranked by lane), and
-// a bucket's slots from warp w follow those of the warps before it. Each warp loads kPlanAhead groups' ids before it
-// ranks them (the loads in flight together, not one latency per group). Measured on an H200
+// a bucket's slots from warp w follow those of the warps before it (walk_segment). Measured on an H200
 // (CudaExpertsWgmma.PrefillThroughput, 98,304 slots): the device-planned op takes 9.69-9.82 ms a layer against
 // 9.35-9.56 for the host-planned one, ~0.3 ms more; placing the slots from 32 one-warp blocks instead of this block
-// changed nothing (run 4 of 2026-12-02, second session), so the cost lies elsewhere, unmeasured (the suspect: the
-// counting pass's 3,072 __match_any_sync on this one SM; shared-memory atomics would do there, since counts need no
-// order).
+// changed nothing (run 4 of 2026-12-02, second session). ncu put a variant of this kernel (shared-memory atomics in
+// the counting pass) at 106 us (run 1 of 2026-12-02, third session), so the plan is ~0.1 ms of that; the rest is
+// likely the comparison (the host-planned op there works in place on rows already grouped).
 template <int kMaxN, int kThreads>
 __global__ void __launch_bounds__(kThreads) routed_plan_kernel(const PlanArgs a) {
     pdl_prologue();  // see pdl.cuh
     extern __shared__ int plan_smem[];
-    constexpr int kPlanWarps = kThreads / 32, kAhead = kPlanAhead;
+    constexpr int kPlanWarps = kThreads / 32;
     const int E = a.num_experts, B = E + 1;
     int* seg = plan_smem;               // [kPlanWarps, B]: a warp's slots per bucket, then its next position in it
     int* count = seg + kPlanWarps * B;  // [B] slots per bucket
@@ -839,19 +828,9 @@ __global__ void __launch_bounds__(kThreads) routed_plan_kernel(const PlanArgs a)
     const int64_t per = (a.rows + kPlanWarps - 1) / kPlanWarps;
     const int64_t s0 = min(a.rows, warp * per), s1 = min(a.rows, s0 + per);
     int* mine = seg + warp * B;
-    auto bucket = [&](int64_t r) { return plan_bucket(a, r, s1); };
-    for (int64_t base = s0; base < s1; base += 32 * kAhead) {
-        int bs[kAhead];
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) bs[u] = bucket(base + 32 * u + lane);
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) {
-            const int b = bs[u];
-            const unsigned same = __match_any_sync(0xffffffffu, b);
-            if (b >= 0 && lane == __ffs(same) - 1) mine[b] += __popc(same);
-            __syncwarp();
-        }
-    }
+    walk_segment(a, s0, s1, [&](int64_t, int b, unsigned same) {  // the segment's slots per bucket
+        if (b >= 0 && lane == __ffs(same) - 1) mine[b] += __popc(same);
+    });
     __syncthreads();
     for (int b = tid; b < B; b += kThreads) {  // a warp's count becomes its first position within the bucket
         int n = 0;
@@ -878,7 +857,19 @@ __global__ void __launch_bounds__(kThreads) routed_plan_kernel(const PlanArgs a)
     __syncthreads();
     for (int i = tid; i < kPlanWarps * B; i += kThreads) seg[i] += row0[i % B];  // positions in the sorted slots
     __syncthreads();
-    place_segment(a, s0, s1, mine);
+    // The slots' row addresses at their sorted positions: mine[b] holds the position of the segment's next slot in
+    // bucket b, read by the whole group before its lowest lane moves it on.
+    walk_segment(a, s0, s1, [&](int64_t r, int b, unsigned same) {
+        const int first = b >= 0 ? mine[b] : 0;
+        __syncwarp();
+        if (b >= 0) {
+            if (lane == __ffs(same) - 1) mine[b] = first + __popc(same);
+            const int pos = first + __popc(same & ((1u << lane) - 1));
+            // 32-bit division (rows < 2^30): the 64-bit one is a long call on the warp's serial path
+            a.plan.in_rows[pos] = a.x + static_cast<int64_t>(static_cast<int>(r) / a.rows_per_input) * a.d;
+            a.plan.out_rows[pos] = a.out + r * a.d;
+        }
+    });
     __syncthreads();  // the block's out_rows writes are visible to it past here
     for (int j = 0; j < count[E]; ++j) {
         float* row = a.plan.out_rows[row0[E] + j];

@@ -137,14 +137,14 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // With kPost, f is made as the block stages it: the mHC expand of the sublayer before (hc_post's arithmetic, n = 4),
 // f[t, k d + c] = post[t, k] y[t, c] + sum_j comb[t, j, k] old[t, j d + c], written to f as well as staged. f: [T, 4 d]
-// (out), y [T, d], post [T, 4], comb [T, 4, 4], old [T, 4 d] f32; d % 4 == 0, all 16-byte aligned.
+// (out), y [T, d], post [T, 4], comb [T, 4, 4], old [T, 4 d] f32 with d the kernel's cols; d % 4 == 0, all 16-byte
+// aligned.
 struct PostSource {
     float* out;  // f, written (the kernel's f is only read without kPost)
     const float* y;
     const float* post;
     const float* comb;
     const float* old;
-    int64_t d;
 };
 
 // part [T, splits, M + 1] f32: split blockIdx.y's partials of the 128 tokens of tile blockIdx.x (kPost: split
@@ -191,9 +191,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                 for (int h = 0; h < 2; ++h) {
                     const int64_t t = t0 + r0 + 32 * (j0 + h);
                     if (k_ok && t < tokens) {
-                        y4[h] = ld_l2_256(src.y + t * src.d + at);
+                        y4[h] = ld_l2_256(src.y + t * cols + at);
 #pragma unroll
-                        for (int i = 0; i < 4; ++i) old4[h][i] = ld_l2_256(src.old + (t * 4 + i) * src.d + at);
+                        for (int i = 0; i < 4; ++i) old4[h][i] = ld_l2_256(src.old + (t * 4 + i) * cols + at);
                     }
                 }
 #pragma unroll
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
                                 v.z = fmaf(w, old4[h][i].z, v.z);
                                 v.w = fmaf(w, old4[h][i].w, v.w);
                             }
-                            *reinterpret_cast<float4*>(src.out + t * width + ks * src.d + at) = v;
+                            *reinterpret_cast<float4*>(src.out + t * width + ks * cols + at) = v;
                         }
                         if (ks == 0) *reinterpret_cast<float4*>(st + piece_at(r, q / 4) + 4 * (q % 4)) = v;
                     }
@@ -403,7 +403,7 @@ void launch_hc_post_dots_tc(float* part, float* out, const float* y, const float
     DI_ICHECK(splits <= 65535 && ceil_div(tokens, kTokens) <= 65535, "hc tensor-core dots: ", splits, " splits");
     auto launch = rows <= 8 ? launch_nt<1, true> : rows <= 16 ? launch_nt<2, true> : launch_nt<3, true>;
     launch(part, out, tokens, width, fn, rows, split_width, static_cast<int>(splits), d,
-           PostSource{out, y, post, comb, old, d}, stream);
+           PostSource{out, y, post, comb, old}, stream);
     DI_CUDA_LAUNCH_CHECK();
 }
 
