@@ -18,7 +18,8 @@
 // Also: every slot on one expert, ids outside [0, E) (NaN rows in exactly their slots, the other rows bitwise as
 // without them), two runs bitwise equal, DEEPINFER_CUDA_DECODE_EXPERTS=linear and lists of more experts than the
 // plan takes (the default sequence, bitwise), and the profile naming the path taken; the decode kernels' variants
-// (DEEPINFER_CUDA_EXPERTS_DECODE_WGS x _BATCH) bitwise equal, FP4 scales on the decoder's slow path included. The
+// (DEEPINFER_CUDA_EXPERTS_DECODE_WGS x _BATCH, and B by cp.async instead of bulk tensor copies:
+// DEEPINFER_CUDA_EXPERTS_TMA=0) bitwise equal, FP4 scales on the decoder's slow path included. The
 // other tests run the defaults (4 consumer warpgroups, batch 4). Without a compute capability 9.0 GPU the backend
 // takes the default sequence and the wgmma-only checks are skipped.
 #include <gtest/gtest.h>
@@ -39,6 +40,7 @@
 #include "cuda_test_support.h"
 #include "deepinfer/error.h"
 #include "support/npy_compare.h"
+#include "support/scoped_env.h"
 
 namespace deepinfer {
 namespace {
@@ -188,6 +190,25 @@ protected:
         for (size_t r = 0; r * d < a.size(); ++r) n += std::memcmp(a.data() + r * d, b.data() + r * d, d * 4) != 0;
         return n;
     }
+    // [rows, d] outputs of two sums that quantize h to e4m3 as fake_quantize does and differ in fp32 summation order
+    // only: a row is within kSameNumericsBound of the other unless the order's noise tipped a code of its h (or a
+    // block scale) across a rounding boundary, which changes each value it touches by at most one e4m3 step (2^-3 of
+    // it, hence kFp8StepBound, as the row's relative error for random weights); such rows are few (H200, model
+    // width: 0-2 a call of 48 or 192 rows, a third of the calls had one), so more than kFp8TippedRows is an error.
+    static constexpr double kFp8StepBound = 0.125;
+    static int64_t kFp8TippedRows(int64_t rows) { return 2 + rows / 16; }
+    static void expect_rows_within_fp8_tips(const std::vector<float>& got, const std::vector<float>& base, int64_t d,
+                                            const std::string& what) {
+        ASSERT_EQ(got.size(), base.size()) << what;
+        const int64_t rows = static_cast<int64_t>(got.size()) / d;
+        int64_t tipped = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+            const double e = rel_error(got.data() + r * d, base.data() + r * d, d);
+            if (!(e <= kSameNumericsBound)) ++tipped;
+            EXPECT_LE(e, kFp8StepBound) << what << ", row " << r;
+        }
+        EXPECT_LE(tipped, kFp8TippedRows(rows)) << what << ": rows beyond " << kSameNumericsBound << " of " << rows;
+    }
     static std::vector<float> rows_of(const std::vector<float>& v, const std::vector<int64_t>& pick, int64_t d) {
         std::vector<float> out;
         for (int64_t r : pick) out.insert(out.end(), v.begin() + r * d, v.begin() + (r + 1) * d);
@@ -232,6 +253,11 @@ protected:
                     << what << ", " << tokens << " tokens: " << wgs << " consumer warpgroups, batch " << batch;
             }
         }
+        // The default ring's B by the producer threads' cp.async instead of bulk tensor copies: rows past a run are
+        // zeros there and the next run's rows here, which only columns never stored read.
+        const testing_support::ScopedEnv copies("DEEPINFER_CUDA_EXPERTS_TMA", "0");
+        EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, 6, 10.0f), by_default, f.d()), 0)
+            << what << ", " << tokens << " tokens: B by cp.async (DEEPINFER_CUDA_EXPERTS_TMA=0)";
     }
 
     // Every check above for one routing; cpu_max: the most slots the CPU recomputes (a strided subset beyond).
@@ -272,9 +298,12 @@ protected:
 
 // FP8 activations (act_block 128): the fused kernels read a quantized copy of x and quantize h between their products
 // (quantize_h). Against the CUDA default sequence with the same act_block (the same quantizations, fake_quantize's:
-// only the fp32 summation order differs, and the codes of h that it tips across an e4m3 rounding boundary, rare at
-// that noise) within kSameNumericsBound, against the CPU's within kBf16Bound; x is left as it is. Decode's slot counts
-// at D = 512, I = 256 and at the model width, both SwiGLU modes.
+// only the fp32 summation order differs, ~1e-7 relative) row by row: within kSameNumericsBound except the rows where
+// that noise tipped an e4m3 code of h (or a block's power-of-two scale) across a rounding boundary, at most
+// kFp8TippedRows(rows) of them and each within kFp8StepBound; against the CPU's within kBf16Bound; x is left as it is.
+// Decode's slot counts at D = 512, I = 256 and at the model width, both SwiGLU modes. (Compared as one vector instead,
+// the tipped rows failed 18 of 150 seeds at the model width on the H200: a tipped code moves its row by ~1e-2, ~1e-3
+// of a 48-row output, against ~5e-7 without one; 0-2 rows a call were tipped.)
 TEST_F(CudaRoutedExperts, Fp8ActivationsMatchTheDefaultSequence) {
     for (const auto& [d, inter, e] : {std::tuple<int64_t, int64_t, int64_t>{512, 256, 16}, {4096, 2048, 8}}) {
         const Ffns f = make_ffns(e, d, inter);
@@ -288,7 +317,7 @@ TEST_F(CudaRoutedExperts, Fp8ActivationsMatchTheDefaultSequence) {
                 const std::vector<float> base = run(*gpu_, f, x, ids_d, 6, limit, true, false, 128);
                 const std::string what = "D " + std::to_string(d) + ", " + std::to_string(tokens) + " tokens, limit " +
                                          std::to_string(limit);
-                EXPECT_LE(rel_error(got, base), kSameNumericsBound) << what << ": against the default sequence";
+                expect_rows_within_fp8_tips(got, base, d, what + ": against the default sequence");
                 EXPECT_EQ(std::memcmp(x_after.data(), x.data(), x.size() * 4), 0) << what << ": x changed";
                 std::vector<int64_t> pick;
                 for (int64_t r = 0; r < static_cast<int64_t>(ids.size()) && pick.size() < 24; r += 3) pick.push_back(r);

@@ -19,8 +19,9 @@
 // barrier phases run on across a CTA's tiles: +7% over one CTA a tile). The producer streams stages of 128 k through a
 // 4-deep ring guarded by mbarriers (full: cp.async.mbarrier.arrive.noinc of the 128 producer threads; empty:
 // the 256 consumer threads): the B tile (N rows x 128 k bf16, K-major, 128-byte swizzle: two 64-wide column
-// blocks of 8-row x 128-byte atoms, SBO 1024; at prefill two bulk tensor copies (TMA) by one producer thread, whose
-// bytes the full barrier also counts, unless DEEPINFER_CUDA_EXPERTS_TMA=0) and the A slices as raw FP4 bytes (4 x 64
+// blocks of 8-row x 128-byte atoms, SBO 1024; two bulk tensor copies (TMA) by one producer thread, at prefill and on
+// the default decode ring, whose bytes the full barrier also counts, unless DEEPINFER_CUDA_EXPERTS_TMA=0; B written
+// by TMA needs no proxy fence before the wgmmas read it, B by cp.async does) and the A slices as raw FP4 bytes (4 x 64
 // rows x 64 bytes) plus their E8M0 bytes. Why FP4 through shared memory rather than straight from global into
 // registers: the stage ring then hides the L2/HBM latency of both operands with no register prefetch buffers (the
 // consumers already hold 128 accumulators), the weight bytes per stage are a third of the activation bytes (16 KB vs 32
@@ -119,6 +120,15 @@
 // Tried and slower (gemv_bench, same run): a deeper ring (16-row tiles, 10 stages: 756 us; the ring arithmetic is no
 // longer a power of two) and L2 prefetch by the producer of the slots 1-6 ahead (743-888 us; 740 with the code
 // present but off, the producer then spilling registers).
+// B by TMA on the default decode ring (as at prefill): ncu (gate/up, batch 32) had the proxy fence that cp.async's B
+// needs, with its memory barrier, at ~5.6% of a consumer stage's stalls. Measured on an H200 against cp.async, the
+// same binaries alternated: the op at 8 tokens 235 against 245 us (-4%), at 1 / 32 / 128 tokens within 1%; the
+// 8-layer decode step 3.57-3.61 against 3.66 ms at batch 8 and 7.34-7.39 against 7.64-7.67 at batch 32 (-4%), the
+// same at batch 1. Tried with it, no gain (within 1%): mbarrier waits with a suspend-time hint (the consumers' spin
+// on the full barrier was 12% of their instructions). With the consumers' decode and MMAs skipped (a diagnostic
+// build, not kept) the op streams 32 tokens' experts in 474 us (87.5% of the HBM rate; 8 tokens: 175 us) against
+// ~645 us whole: the consumers' issue still sets its time (ncu, gate/up: DRAM 55% busy, IPC 2.56, ~268
+// instructions a consumer warp a stage).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -397,8 +407,8 @@ __device__ __forceinline__ void produce(const Params& p, const CUtensorMap* maps
 // instruction. Those rows are one matrix a thread (gate/up: rows 8 j + rr % 8 of W1 or W3 as rr < 8 or not, 32 a
 // slice apart; down: W2 rows rr + 16 j, 64 a slice apart; see slice_row). B and the scales as in produce(), per half.
 template <bool kGateUp, class R>
-__device__ __forceinline__ void produce_pairs(const Params& p, const Tile& t, int n_load, uint32_t ring, uint32_t bars,
-                                              int it) {
+__device__ __forceinline__ void produce_pairs(const Params& p, const CUtensorMap* maps, const Tile& t, int n_load,
+                                              uint32_t ring, uint32_t bars, int it) {
     static_assert(R::kPair && R::kWgs == 4 && kProducerThreads == 128 && kSlices == 4 && kSliceRows == 64, "roles");
     const int pt = threadIdx.x - R::kConsumerThreads;  // 0 .. kProducerThreads - 1
     const ExpertPtrs& e = p.experts[t.expert];
@@ -423,14 +433,26 @@ __device__ __forceinline__ void produce_pairs(const Params& p, const Tile& t, in
         mbar_wait(bars + 8 * (R::kBars + bar), ((s / R::kStages) & 1) ^ 1);  // the first round passes at once
         const uint32_t sb = ring + st * R::kStageBytes;  // stage kb; stage kb + 1 follows at + kStageBytes
         const int halves = kb + 1 < nk ? 2 : 1;
-#pragma unroll 1
-        for (int h = 0; h < halves; ++h)
-#pragma unroll 1
-            for (int n = n0; n < n_load; n += 8) {
-                const bool valid = n < t.rows;
-                mma::cp_async16(sb + h * R::kStageBytes + b_dst + (n - n0) * 128, b_src + h * kBK + (valid ? n * k : 0),
-                                valid ? 16 : 0);
+        if (maps) {  // thread 0: both stages' column blocks, counted on the full barrier beside the cp.async arrivals
+            if (pt == 0) {
+                const CUtensorMap* map = &maps[tma::tile_width_map(n_load)];
+                tma::mbar_expect_tx(bars + 8 * bar, static_cast<uint32_t>(halves * n_load) * 256);
+                for (int h = 0; h < halves; ++h) {
+                    const uint32_t dst = sb + h * R::kStageBytes;
+                    tma::load_2d(dst, map, (kb + h) * 256, t.row0, bars + 8 * bar);
+                    tma::load_2d(dst + R::kColBlockBytes, map, (kb + h) * 256 + 128, t.row0, bars + 8 * bar);
+                }
             }
+        } else {
+#pragma unroll 1
+            for (int h = 0; h < halves; ++h)
+#pragma unroll 1
+                for (int n = n0; n < n_load; n += 8) {
+                    const bool valid = n < t.rows;
+                    mma::cp_async16(sb + h * R::kStageBytes + b_dst + (n - n0) * 128,
+                                    b_src + h * kBK + (valid ? n * k : 0), valid ? 16 : 0);
+                }
+        }
         if (half < halves) {
             const uint8_t* src = wd;  // stepped rather than 16 pointers live: the producer runs on 32 registers
 #pragma unroll
@@ -471,7 +493,7 @@ __device__ __forceinline__ void for_each_fragment(uint32_t (&a)[G][M][2][4], F&&
 // decode chain's latency (ncu, decode batch 32: IPC 2.45 with 2 consumer warps a scheduler, the producer waiting on
 // empty slots). kAfterOpen: the previous stage left its last batch in flight (its buffers are handed back once that
 // batch is done); kClose: drain the pipeline and hand this stage back at the end.
-template <int N, int G, bool kAfterOpen, bool kClose, class R>
+template <int N, int G, bool kAfterOpen, bool kClose, class R, bool kTma>
 __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2], int wg, int arow, int c,
                                       const uint8_t* ring_ptr, uint32_t ring, uint32_t bars) {
     static_assert(G == 1 || G == 2 || G == 4, "groups per batch divide the stage's 4 groups");
@@ -482,8 +504,12 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
     const int st = static_cast<int>(ukb % R::kStages);
     const int bar = R::bar_of(kb);  // paired stages: the slot's barriers (the first stage of a slot waits)
     if (!R::kPair || ukb % 2 == 0) mbar_wait(bars + 8 * bar, (ukb / R::kStages) & 1);
-    __syncwarp();
-    fence_proxy_async();
+    // B written by cp.async (generic proxy) and read by wgmma (async proxy) takes a proxy fence; by TMA (async proxy
+    // both ways) it does not (ncu, decode batch 32: the fence, with its memory barrier, ~5.6% of a stage's stalls).
+    if constexpr (!kTma) {
+        __syncwarp();
+        fence_proxy_async();
+    }
     const uint8_t* sw = ring_ptr + st * R::kStageBytes + R::kBBytes;
     const uint8_t* ss = sw + kWBytes;
     // The scale byte of the lane's row arow + 8 h of its slice m (read again on the slow path rather than kept live:
@@ -575,7 +601,7 @@ __device__ __forceinline__ void stage(int kb, float (&acc)[R::kWgSlices][N / 2],
 // 8 j + 2 c + (v & 1); the 8 lanes of a c write 8 consecutive features (gate/up: 8 scattered bf16 of a 256-byte
 // row of h, whose 128-column block is permuted; down: 32 contiguous bytes of a row of x). Gate/up on 4 warpgroups:
 // rows g and g + 8 are the gate and up rows of the lane's one feature (slice_row), so a lane writes h for it only.
-template <int N, bool kGateUp, class R>
+template <int N, bool kGateUp, class R, bool kTma>
 __device__ __forceinline__ void consume(const Params& p, const Tile& t, const uint8_t* ring_ptr, uint32_t ring,
                                         uint32_t bars, int it) {
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -597,10 +623,10 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
     constexpr int G = N <= 32 ? R::kBatch : 1;  // groups per wgmma batch (see stage())
     int kb = 0;
     for (; kb + 1 < nk; kb += 2) {
-        stage<N, G, false, false, R>(it + kb, acc, wg, arow, c, ring_ptr, ring, bars);
-        stage<N, G, true, true, R>(it + kb + 1, acc, wg, arow, c, ring_ptr, ring, bars);
+        stage<N, G, false, false, R, kTma>(it + kb, acc, wg, arow, c, ring_ptr, ring, bars);
+        stage<N, G, true, true, R, kTma>(it + kb + 1, acc, wg, arow, c, ring_ptr, ring, bars);
     }
-    if (kb < nk) stage<N, G, false, true, R>(it + kb, acc, wg, arow, c, ring_ptr, ring, bars);
+    if (kb < nk) stage<N, G, false, true, R, kTma>(it + kb, acc, wg, arow, c, ring_ptr, ring, bars);
 #pragma unroll
     for (int i = 0; i < kAcc; ++i)
 #pragma unroll
@@ -652,8 +678,8 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
 // Persistent: CTA b takes tiles b, b + gridDim.x, ... (consecutive tiles run at the same time on neighbouring
 // CTAs); the stage ring and its barrier phases continue from tile to tile, so the producer loads the next tile
 // while the consumers finish this one.
-// maps: prefill's B by bulk tensor copies (TileWidthMaps), or null (cp.async).
-template <bool kGateUp, class R>
+// kTma: B by bulk tensor copies over maps (TileWidthMaps); else maps is null (cp.async).
+template <bool kGateUp, class R, bool kTma>
 __device__ __forceinline__ void run_tiles(const Params& p, const CUtensorMap* maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
     __trap();  // built for another architecture: grouped_experts_wgmma_applies() keeps callers away
@@ -673,7 +699,7 @@ __device__ __forceinline__ void run_tiles(const Params& p, const CUtensorMap* ma
         for (int i = blockIdx.x; i < num_tiles; i += gridDim.x, it = R::stages_after(it, nk)) {
             const Tile t = p.tiles[i];
             if constexpr (R::kPair) {
-                produce_pairs<kGateUp, R>(p, t, tile_width(t.rows), ring, bars, it);
+                produce_pairs<kGateUp, R>(p, maps, t, tile_width(t.rows), ring, bars, it);
             } else {
                 produce<kGateUp, R>(p, maps, t, tile_width(t.rows), ring, bars, it);
             }
@@ -688,16 +714,16 @@ __device__ __forceinline__ void run_tiles(const Params& p, const CUtensorMap* ma
         // The plans never make a tile wider than its ring's B (kMaxN rows); the widths past it are not compiled.
         switch (tile_width(t.rows)) {
             case 128:
-                if constexpr (R::kMaxN >= 128) consume<128, kGateUp, R>(p, t, ring_ptr, ring, bars, it);
+                if constexpr (R::kMaxN >= 128) consume<128, kGateUp, R, kTma>(p, t, ring_ptr, ring, bars, it);
                 break;
             case 64:
-                if constexpr (R::kMaxN >= 64) consume<64, kGateUp, R>(p, t, ring_ptr, ring, bars, it);
+                if constexpr (R::kMaxN >= 64) consume<64, kGateUp, R, kTma>(p, t, ring_ptr, ring, bars, it);
                 break;
             case 32:
-                consume<32, kGateUp, R>(p, t, ring_ptr, ring, bars, it);
+                consume<32, kGateUp, R, kTma>(p, t, ring_ptr, ring, bars, it);
                 break;
             default:
-                consume<16, kGateUp, R>(p, t, ring_ptr, ring, bars, it);
+                consume<16, kGateUp, R, kTma>(p, t, ring_ptr, ring, bars, it);
                 break;
         }
     }
@@ -706,13 +732,13 @@ __device__ __forceinline__ void run_tiles(const Params& p, const CUtensorMap* ma
 
 template <bool kGateUp, class R>
 __global__ void __launch_bounds__(R::kThreads, 1) experts_wgmma_kernel(const Params p) {
-    run_tiles<kGateUp, R>(p, nullptr);
+    run_tiles<kGateUp, R, false>(p, nullptr);
 }
 // The same with prefill's B by bulk tensor copies (maps: a parameter, where the copies may read it).
 template <bool kGateUp, class R>
 __global__ void __launch_bounds__(R::kThreads, 1)
     experts_wgmma_tma_kernel(const Params p, const __grid_constant__ TileWidthMaps maps) {
-    run_tiles<kGateUp, R>(p, maps.map);
+    run_tiles<kGateUp, R, true>(p, maps.map);
 }
 
 // xb [rows, k] bf16 bits = x rounded to nearest even, stored column q of each 128-block = real column kperm(q).
@@ -908,8 +934,14 @@ TileWidthMaps act_maps(const uint16_t* act, int64_t rows, int64_t k) {
     return tma_tile_width_maps(act, static_cast<uint64_t>(rows), static_cast<uint64_t>(2 * k), 128);
 }
 
+// The rings compiled with B by bulk tensor copies as well: prefill's and the default decode ring (the other decode
+// rings are DEEPINFER_CUDA_EXPERTS_DECODE_* experiments, on cp.async only).
+template <class R>
+constexpr bool kTmaRing =
+    std::is_same_v<R, PrefillRing> || std::is_same_v<R, PrefillRing4> || std::is_same_v<R, DecodeRing>;
+
 // `tiles` tiles, or at most that many when p.tile_count holds their number on the device; one CTA per SM at most.
-// maps (non-null, prefill's ring only): B by bulk tensor copies.
+// maps (non-null, kTmaRing only): B by bulk tensor copies.
 template <bool kGateUp, class R>
 void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream, const TileWidthMaps* maps = nullptr) {
     static std::atomic<uint64_t> configured{0}, configured_tma{0};
@@ -918,7 +950,7 @@ void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream, const Til
     Params q = p;
     q.num_tiles = static_cast<int>(tiles);
     const int grid = static_cast<int>(std::min<int64_t>(tiles, device_sm_count()));
-    if constexpr (R::kMaxN == PrefillRing::kMaxN) {
+    if constexpr (kTmaRing<R>) {
         if (maps) {
             allow_smem(experts_wgmma_tma_kernel<kGateUp, R>, R::kSmemBytes, configured_tma);
             launch_pdl(experts_wgmma_tma_kernel<kGateUp, R>, grid, R::kThreads, R::kSmemBytes, stream, q, *maps);
@@ -926,7 +958,7 @@ void launch_tiles(const Params& p, int64_t tiles, cudaStream_t stream, const Til
             return;
         }
     }
-    DI_ICHECK(!maps, "experts_wgmma: bulk tensor copies on a decode ring");
+    DI_ICHECK(!maps, "experts_wgmma: bulk tensor copies on a ring compiled without them");
     launch_pdl(experts_wgmma_kernel<kGateUp, R>, grid, R::kThreads, R::kSmemBytes, stream, q);
     DI_CUDA_LAUNCH_CHECK();
 }
@@ -957,9 +989,19 @@ void launch_prefill(const Params& p, int64_t tiles1, const Params& q, int64_t ti
     }
 }
 
-// Decode's gate/up (p) and down (q) launches on ring R.
+// Decode's gate/up (p) and down (q) launches on ring R (B [rows, k]), B by bulk tensor copies on the default ring
+// unless DEEPINFER_CUDA_EXPERTS_TMA=0.
 template <class R>
-void launch_decode(const Params& p, int64_t tiles1, const Params& q, int64_t tiles2, cudaStream_t stream) {
+void launch_decode(const Params& p, int64_t tiles1, const Params& q, int64_t tiles2, int64_t rows,
+                   cudaStream_t stream) {
+    if constexpr (kTmaRing<R>) {
+        if (tma_switch_on("DEEPINFER_CUDA_EXPERTS_TMA")) {
+            const TileWidthMaps maps1 = act_maps(p.act, rows, p.k), maps2 = act_maps(q.act, rows, q.k);
+            launch_tiles<true, R>(p, tiles1, stream, &maps1);
+            launch_tiles<false, R>(q, tiles2, stream, &maps2);
+            return;
+        }
+    }
     launch_tiles<true, R>(p, tiles1, stream);
     launch_tiles<false, R>(q, tiles2, stream);
 }
@@ -1164,7 +1206,7 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     q.out_rows = plan.out_rows;
     q.k = static_cast<int>(inter);
     q.out_cols = static_cast<int>(d);
-    using Launch = void (*)(const Params&, int64_t, const Params&, int64_t, cudaStream_t);
+    using Launch = void (*)(const Params&, int64_t, const Params&, int64_t, int64_t, cudaStream_t);
     constexpr Launch kLaunch[2][3] = {  // [wgs / 4][batch / 2]
         {launch_decode<DecodeRingOf<1, 2>>, launch_decode<DecodeRingOf<2, 2>>, launch_decode<DecodeRingOf<4, 2>>},
         {launch_decode<DecodeRingOf<1, 4>>, launch_decode<DecodeRingOf<2, 4>>, launch_decode<DecodeRingOf<4, 4>>}};
@@ -1178,7 +1220,7 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
         DI_CUDA_LAUNCH_CHECK();
         launch_tiles<false, R>(q, cap2, stream);
     } else {
-        kLaunch[wgs / 4][batch / 2](p, cap1, q, cap2, stream);
+        kLaunch[wgs / 4][batch / 2](p, cap1, q, cap2, rows, stream);
     }
     DI_CUDA_CHECK(cudaFreeAsync(ws, stream));
 }
