@@ -972,28 +972,11 @@ int prefill_consumer_warpgroups() {
     return env[0] - '0';
 }
 
-// Prefill's gate/up (p, B = p.act [rows, p.k]) and down (q, B = q.act [rows, q.k]) launches on the ring that
-// DEEPINFER_CUDA_EXPERTS_PREFILL_WGS picks, B by bulk tensor copies unless DEEPINFER_CUDA_EXPERTS_TMA=0 (the producer
-// threads' cp.async).
-void launch_prefill(const Params& p, int64_t tiles1, const Params& q, int64_t tiles2, int64_t rows,
-                    cudaStream_t stream) {
-    const bool tma = tma_switch_on("DEEPINFER_CUDA_EXPERTS_TMA");
-    const TileWidthMaps maps1 = tma ? act_maps(p.act, rows, p.k) : TileWidthMaps{};
-    const TileWidthMaps maps2 = tma ? act_maps(q.act, rows, q.k) : TileWidthMaps{};
-    if (prefill_consumer_warpgroups() == 4) {
-        launch_tiles<true, PrefillRing4>(p, tiles1, stream, tma ? &maps1 : nullptr);
-        launch_tiles<false, PrefillRing4>(q, tiles2, stream, tma ? &maps2 : nullptr);
-    } else {
-        launch_tiles<true, PrefillRing>(p, tiles1, stream, tma ? &maps1 : nullptr);
-        launch_tiles<false, PrefillRing>(q, tiles2, stream, tma ? &maps2 : nullptr);
-    }
-}
-
-// Decode's gate/up (p) and down (q) launches on ring R (B [rows, k]), B by bulk tensor copies on the default ring
-// unless DEEPINFER_CUDA_EXPERTS_TMA=0.
+// The gate/up (p, B = p.act [rows, p.k]) and down (q, B = q.act [rows, q.k]) launches on ring R, B by bulk tensor
+// copies where R is compiled with them (kTmaRing) unless DEEPINFER_CUDA_EXPERTS_TMA=0 (the producer threads'
+// cp.async).
 template <class R>
-void launch_decode(const Params& p, int64_t tiles1, const Params& q, int64_t tiles2, int64_t rows,
-                   cudaStream_t stream) {
+void launch_ring(const Params& p, int64_t tiles1, const Params& q, int64_t tiles2, int64_t rows, cudaStream_t stream) {
     if constexpr (kTmaRing<R>) {
         if (tma_switch_on("DEEPINFER_CUDA_EXPERTS_TMA")) {
             const TileWidthMaps maps1 = act_maps(p.act, rows, p.k), maps2 = act_maps(q.act, rows, q.k);
@@ -1004,6 +987,15 @@ void launch_decode(const Params& p, int64_t tiles1, const Params& q, int64_t til
     }
     launch_tiles<true, R>(p, tiles1, stream);
     launch_tiles<false, R>(q, tiles2, stream);
+}
+
+// Prefill's products on the ring that DEEPINFER_CUDA_EXPERTS_PREFILL_WGS picks.
+void launch_prefill(const Params& p, int64_t tiles1, const Params& q, int64_t tiles2, int64_t rows,
+                    cudaStream_t stream) {
+    if (prefill_consumer_warpgroups() == 4)
+        launch_ring<PrefillRing4>(p, tiles1, q, tiles2, rows, stream);
+    else
+        launch_ring<PrefillRing>(p, tiles1, q, tiles2, rows, stream);
 }
 
 std::vector<ExpertPtrs> expert_ptrs(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts) {
@@ -1207,9 +1199,10 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     q.k = static_cast<int>(inter);
     q.out_cols = static_cast<int>(d);
     using Launch = void (*)(const Params&, int64_t, const Params&, int64_t, int64_t, cudaStream_t);
-    constexpr Launch kLaunch[2][3] = {  // [wgs / 4][batch / 2]
-        {launch_decode<DecodeRingOf<1, 2>>, launch_decode<DecodeRingOf<2, 2>>, launch_decode<DecodeRingOf<4, 2>>},
-        {launch_decode<DecodeRingOf<1, 4>>, launch_decode<DecodeRingOf<2, 4>>, launch_decode<DecodeRingOf<4, 4>>}};
+    // [wgs / 4][batch / 2]
+    constexpr Launch kLaunch[2][3] = {
+        {launch_ring<DecodeRingOf<1, 2>>, launch_ring<DecodeRingOf<2, 2>>, launch_ring<DecodeRingOf<4, 2>>},
+        {launch_ring<DecodeRingOf<1, 4>>, launch_ring<DecodeRingOf<2, 4>>, launch_ring<DecodeRingOf<4, 4>>}};
     if (prefill) {  // as launch_grouped_experts_wgmma, with the tile counts in device memory
         launch_prefill(p, cap1, q, cap2, rows, stream);
     } else if (quantize_h) {  // gate/up, h quantized into the bf16 layout, down
