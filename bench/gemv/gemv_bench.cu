@@ -11,7 +11,9 @@
 // from the fp32 one. Last the whole routed FFN (w1, w3, SwiGLU, w2) of those tokens: the backend's default sequence
 // (expert_linear x 3 + swiglu, each on the kernel the default mode picks for its rows) against the fused wgmma
 // kernels planned on the device (launch_routed_experts_wgmma, Backend::routed_experts on Hopper), GB/s over the three
-// weights of the distinct experts, and the two outputs' relative difference.
+// weights of the distinct experts, and the two outputs' relative difference; at 1-8 tokens also the few-token kernels
+// (launch_routed_experts_few_tokens, which the backend takes up to kRoutedFewTokensMax tokens) and their output's
+// difference.
 // --wgmma-plans instead times each launch plan of the wgmma GEMV (run_wgmma_plans), --gemv-splits each split of the
 // fp32 GEMV (run_gemv_splits).
 // --only NAME keeps the GEMV products whose name contains NAME.
@@ -237,7 +239,7 @@ void run_experts(const char* name, int64_t n, int64_t k, int rows_per_input, dou
     CHECK(cudaMalloc(&ids_d, kRoutings * max_rows * 4));
 
     std::mt19937 rng(5);
-    for (int64_t tokens : {1, 8, 32, 128}) {
+    for (int64_t tokens : {1, 2, 4, 8, 32, 128}) {
         const int64_t rows = tokens * kTopK;
         const Routings routings = make_routings(rng, tokens);
         const double distinct = routings.distinct;
@@ -322,18 +324,19 @@ void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
 
     const int64_t max_tokens = 128, max_rows = max_tokens * kTopK;
     const float limit = 10.0f;
-    float *x = nullptr, *g = nullptr, *u = nullptr, *out_linear = nullptr, *out_wgmma = nullptr;
+    float *x = nullptr, *g = nullptr, *u = nullptr, *out_linear = nullptr, *out_wgmma = nullptr, *out_one = nullptr;
     CHECK(cudaMalloc(&x, max_tokens * d * 4));
     CHECK(cudaMalloc(&g, max_rows * inter * 4));
     CHECK(cudaMalloc(&u, max_rows * inter * 4));
     CHECK(cudaMalloc(&out_linear, max_rows * d * 4));
     CHECK(cudaMalloc(&out_wgmma, max_rows * d * 4));
+    CHECK(cudaMalloc(&out_one, max_rows * d * 4));
     fill_device(x, max_tokens * d * 4, 0, 13);
     int32_t* ids_d = nullptr;
     CHECK(cudaMalloc(&ids_d, kRoutings * max_rows * 4));
 
     std::mt19937 rng(9);
-    for (int64_t tokens : {1, 8, 32, 128}) {
+    for (int64_t tokens : {1, 2, 4, 8, 32, 128}) {
         const int64_t rows = tokens * kTopK;
         const Routings routings = make_routings(rng, tokens);
         const double distinct = routings.distinct;
@@ -352,20 +355,37 @@ void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
             launch_routed_experts_wgmma(out_wgmma, x, ids_d + r * rows, rows, kTopK, ptrs_d, kExperts, d, inter, limit,
                                         nullptr);
         };
-        for (int i = 0; i < kRoutings; ++i) linear(i), fused(i);
+        // The few-token kernels (each slot its own item), where the backend takes them and up to 8 tokens.
+        const bool one_applies = tokens <= 8 && routed_experts_few_tokens_applies(d, inter);
+        auto one = [&](int r) {
+            launch_routed_experts_few_tokens(out_one, x, ids_d + r * rows, rows, kTopK, ptrs_d, kExperts, d, inter,
+                                             limit, nullptr);
+        };
+        for (int i = 0; i < kRoutings; ++i) {
+            linear(i), fused(i);
+            if (one_applies) one(i);
+        }
         const double linear_us = deepinfer::bench::mean_call_us(iters, [&](int i) { linear(i % kRoutings); });
         const double fused_us = deepinfer::bench::mean_call_us(iters, [&](int i) { fused(i % kRoutings); });
+        const double one_us =
+            one_applies ? deepinfer::bench::mean_call_us(iters, [&](int i) { one(i % kRoutings); }) : 0.0;
         auto gbs = [&](double us) { return distinct * static_cast<double>(expert_bytes) / us / 1e3; };
         linear(0);
         fused(0);
-        std::printf("%-18s %4lld %5lld %6.1f %-6s %9.2f %7.0f %5.1f%% %9.2f %7.0f %5.1f%% %7.2fx %9.1e\n",
+        std::printf("%-18s %4lld %5lld %6.1f %-6s %9.2f %7.0f %5.1f%% %9.2f %7.0f %5.1f%% %7.2fx %9.1e",
                     "routed ffn x256", static_cast<long long>(tokens), static_cast<long long>(rows), distinct,
                     tc ? "tc" : "fp32", linear_us, gbs(linear_us), 100.0 * gbs(linear_us) / bandwidth, fused_us,
                     gbs(fused_us), 100.0 * gbs(fused_us) / bandwidth, linear_us / fused_us,
                     rel_diff(out_wgmma, out_linear, rows * d));
+        if (one_applies) {
+            one(0);
+            std::printf(" %9.2f %7.0f %5.1f%% %9.1e", one_us, gbs(one_us), 100.0 * gbs(one_us) / bandwidth,
+                        rel_diff(out_one, out_linear, rows * d));
+        }
+        std::printf("\n");
     }
     for (void* p : {static_cast<void*>(x), static_cast<void*>(g), static_cast<void*>(u), static_cast<void*>(out_linear),
-                    static_cast<void*>(out_wgmma), static_cast<void*>(ids_d), ptrs_d})
+                    static_cast<void*>(out_wgmma), static_cast<void*>(out_one), static_cast<void*>(ids_d), ptrs_d})
         CHECK(cudaFree(p));
     for (WeightDesc* p : tables_d) CHECK(cudaFree(p));
     for (Matrix& m : mats) {
@@ -621,8 +641,9 @@ int main(int argc, char** argv) {
         run_experts("expert w1/w3 x256", 2048, 4096, kTopK, bandwidth, iters);
         run_experts("expert w2 x256", 4096, 2048, 1, bandwidth, iters);
         // The whole routed FFN: w1, w3, SwiGLU and w2 (D 4096, I 2048).
-        std::printf("\n%-18s %4s %5s %6s %-6s %9s %7s %6s %9s %7s %6s %8s %9s\n", "routed ffn (fp4)", "tok", "rows",
-                    "exp", "linear", "linear us", "GB/s", "% bw", "wgmma us", "GB/s", "% bw", "gain", "diff");
+        std::printf("\n%-18s %4s %5s %6s %-6s %9s %7s %6s %9s %7s %6s %8s %9s %9s %7s %6s %9s\n", "routed ffn (fp4)",
+                    "tok", "rows", "exp", "linear", "linear us", "GB/s", "% bw", "wgmma us", "GB/s", "% bw", "gain",
+                    "diff", "few us", "GB/s", "% bw", "few diff");
         run_routed(4096, 2048, bandwidth, iters);
     }
     return 0;

@@ -20,8 +20,9 @@
 // plan takes (the default sequence, bitwise), and the profile naming the path taken; the decode kernels' variants
 // (DEEPINFER_CUDA_EXPERTS_DECODE_WGS x _BATCH, and B by cp.async instead of bulk tensor copies:
 // DEEPINFER_CUDA_EXPERTS_TMA=0) bitwise equal, FP4 scales on the decoder's slow path included. The
-// other tests run the defaults (4 consumer warpgroups, batch 4). Without a compute capability 9.0 GPU the backend
-// takes the default sequence and the wgmma-only checks are skipped.
+// other tests run the defaults (4 consumer warpgroups, batch 4). Calls of up to kRoutedFewTokensMax tokens take
+// experts_few_tokens.cu's kernels where they apply (the same two bounds; FewTokensMatchCpuAndLinear). Without a compute
+// capability 9.0 GPU the backend takes the default sequence and the wgmma-only checks are skipped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -101,6 +102,12 @@ protected:
     bool wgmma(const Ffns& f) const {
         return f.d1.size() <= static_cast<size_t>(cuda::kRoutedWgmmaMaxExperts) &&
                cuda::grouped_experts_wgmma_applies(f.d1, f.d3, f.d2);
+    }
+    // Whether routed_experts of `tokens` tokens takes experts_few_tokens.cu's kernels (x 16-byte aligned unless
+    // misaligned).
+    bool few_tokens(const Ffns& f, int64_t tokens, bool misaligned = false) const {
+        return wgmma(f) && tokens <= cuda::kRoutedFewTokensMax && !misaligned &&
+               cuda::routed_experts_few_tokens_applies(f.d(), f.inter());
     }
     Tensor i32_device(const std::vector<int32_t>& v) {
         Tensor t = gpu_->alloc(DType::kI32, Shape{static_cast<int64_t>(v.size())});
@@ -283,6 +290,11 @@ protected:
             << what << ": against the CPU (" << pick.size() << " slots)";
         const std::vector<float> linear = run(*gpu_, f, x, ids_d, rows_per_input, limit, true);
         EXPECT_LE(rel_error(got, linear), kSameNumericsBound) << what << ": against expert_linear x 3";
+        if (few_tokens(f, inputs, misaligned)) {  // experts_few_tokens.cu: not the prefill path's sums
+            EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, rows_per_input, limit, false, misaligned), got, f.d()), 0)
+                << what << ": a second run";
+            return;
+        }
         if (!wgmma(f) || inputs < cuda::kRoutedWgmmaMinTokens) return;  // expert_linear's own kernels
         EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, rows_per_input, limit, false, misaligned), got, f.d()), 0)
             << what << ": a second run";
@@ -369,7 +381,8 @@ TEST_F(CudaRoutedExperts, ModelWidthMatchesCpuAndLinear) {
 
 // Ids outside [0, E) (negative, E, far past it) give NaN rows in exactly their slots, as expert_linear does; the
 // other slots are bitwise what they are without the bad ones (their experts' runs hold the same slots in the same
-// order). Few and many slots, some sharing a token row with good ones, and every slot bad; prefill-sized calls
+// order; calls of up to kRoutedFewTokensMax tokens, each slot its own item: what they are with a good id in each bad
+// one's place). Few and many slots, some sharing a token row with good ones, and every slot bad; prefill-sized calls
 // (3,000 slots, ~2,850 good: prefill's tiles with and without the bad ones).
 TEST_F(CudaRoutedExperts, BadIdsGiveNaNRowsOnlyInTheirSlots) {
     const int64_t e = 8;
@@ -401,6 +414,16 @@ TEST_F(CudaRoutedExperts, BadIdsGiveNaNRowsOnlyInTheirSlots) {
                 xg.insert(xg.end(), x.begin() + (r / per_input) * d, x.begin() + (r / per_input + 1) * d);
             }
             if (good.empty()) continue;
+            if (few_tokens(f, rows / per_input)) {  // each slot its own item: the bad ones given a good id instead
+                std::vector<int32_t> fixed = ids;
+                for (int32_t& id : fixed) id = id < 0 || id >= e ? 0 : id;
+                const std::vector<float> ref = run(*gpu_, f, x, i32_device(fixed), per_input, 10.0f);
+                EXPECT_EQ(rows_differing(rows_of(got, good_at, d), rows_of(ref, good_at, d), d), 0)
+                    << rows << " slots (few tokens): the good ones against a call without bad ids";
+                continue;
+            }
+            // The good ones alone on the call's own path (so few of them would take the few-token kernels).
+            const testing_support::ScopedEnv same_path("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "0");
             const std::vector<float> alone = run(*gpu_, f, xg, i32_device(good), 1, 10.0f);
             EXPECT_EQ(rows_differing(rows_of(got, good_at, d), alone, d), 0)
                 << rows << " slots: the good ones against themselves alone";
@@ -455,15 +478,28 @@ TEST_F(CudaRoutedExperts, SwitchAndFallback) {
     EXPECT_LE(rel_error(got, base), kSameNumericsBound);
     EXPECT_EQ(fused_profile.find("routed_experts wgmma") != std::string::npos, wgmma(f)) << fused_profile;
 
-    // Below kRoutedWgmmaMinTokens tokens the fused backend takes expert_linear too.
+    // One token: the fused backend takes the few-token kernels where they apply (D 512 and I 256 do);
+    // DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=0 keeps expert_linear there, bitwise the default sequence.
     const std::vector<int32_t> one = routed_ids(1, 16, 6);
     const std::vector<float> x1 = randn(f.d());
     const Tensor one_d = i32_device(one);
     const std::vector<float> one_base = run(*gpu_, f, x1, one_d, 6, 10.0f, true);
     fused->take_profile();
-    EXPECT_EQ(rows_differing(run(*fused, f, x1, one_d, 6, 10.0f), one_base, f.d()), 0) << "one token";
-    const std::string one_profile = fused->take_profile();
+    EXPECT_LE(rel_error(run(*fused, f, x1, one_d, 6, 10.0f), one_base), kSameNumericsBound) << "one token";
+    std::string one_profile = fused->take_profile();
+    EXPECT_EQ(one_profile.find("routed_experts few tokens") != std::string::npos, wgmma(f)) << one_profile;
     EXPECT_EQ(one_profile.find("routed_experts wgmma"), std::string::npos) << one_profile;
+    {
+        const testing_support::ScopedEnv off("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "0");
+        EXPECT_EQ(rows_differing(run(*fused, f, x1, one_d, 6, 10.0f), one_base, f.d()), 0)
+            << "one token, DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=0";
+        one_profile = fused->take_profile();
+        EXPECT_EQ(one_profile.find("routed_experts few tokens"), std::string::npos) << one_profile;
+    }
+    {
+        const testing_support::ScopedEnv bad("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "yes");
+        EXPECT_THROW(run(*fused, f, x1, one_d, 6, 10.0f), Error) << "DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=yes";
+    }
 
     setenv("DEEPINFER_CUDA_DECODE_EXPERTS", "fused", 1);
     EXPECT_THROW(create_backend("cuda", 2), Error);
@@ -477,6 +513,50 @@ TEST_F(CudaRoutedExperts, SwitchAndFallback) {
     const Tensor wide_d = i32_device(wide);
     EXPECT_EQ(rows_differing(run(*gpu_, g, xw, wide_d, 1, 10.0f), run(*gpu_, g, xw, wide_d, 1, 10.0f, true), g.d()), 0)
         << many << " experts: the default sequence";
+}
+
+// Up to kRoutedFewTokensMax tokens (experts_few_tokens.cu, each slot its own work item): check()'s bounds against the
+// CPU and expert_linear for the K splits the kernels take (D 1024 / I 384: one 128-k block a warp on 8 and 3 warps;
+// D 4096 / I 2048 in ModelWidthMatchesCpuAndLinear: 4 and 2 blocks a warp on 8) with FP4 scales on the decoder's
+// slow path, both SwiGLU modes, a row per input and six, 1-4 tokens; two runs bitwise equal; ids outside [0, E)
+// give NaN rows in exactly their slots while every other slot is bitwise what it is with a good id in the bad one's
+// place (a slot's result depends on its own row and expert only); a D the kernels do not take (2304: above 1024, not
+// 8 warps of 2 or 4 blocks of 128) falls back, bitwise the default sequence at one token.
+TEST_F(CudaRoutedExperts, FewTokensMatchCpuAndLinear) {
+    const Ffns f = make_ffns(16, 1024, 384, true);
+    if (!wgmma(f)) GTEST_SKIP() << "the wgmma experts' table does not apply here";
+    ASSERT_TRUE(cuda::routed_experts_few_tokens_applies(f.d(), f.inter()));
+    for (float limit : {10.0f, 0.0f}) {
+        for (int64_t tokens = 1; tokens <= cuda::kRoutedFewTokensMax; ++tokens)
+            check(f, routed_ids(tokens, 16, 6), 6, limit, 4096);
+        check(f, random_ids(1, 16), 1, limit, 4096);
+        check(f, random_ids(cuda::kRoutedFewTokensMax, 16), 1, limit, 4096);
+    }
+    const std::vector<float> x = randn(f.d());
+    const std::vector<int32_t> ids = routed_ids(1, 16, 6);
+    const Tensor ids_d = i32_device(ids);
+    const std::vector<float> got = run(*gpu_, f, x, ids_d, 6, 10.0f);
+    EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, 6, 10.0f), got, f.d()), 0) << "a second run";
+
+    std::vector<int32_t> bad = ids;
+    bad[1] = -1, bad[4] = 16;
+    const std::vector<float> with_bad = run(*gpu_, f, x, i32_device(bad), 6, 10.0f);
+    for (int64_t r = 0; r < 6; ++r) {
+        const bool is_bad = r == 1 || r == 4;
+        int64_t nans = 0;
+        for (int64_t i = 0; i < f.d(); ++i) nans += std::isnan(with_bad[r * f.d() + i]);
+        EXPECT_EQ(nans, is_bad ? f.d() : 0) << "slot " << r << ", id " << bad[r];
+        if (!is_bad) {
+            EXPECT_EQ(std::memcmp(with_bad.data() + r * f.d(), got.data() + r * f.d(), f.d() * 4), 0) << "slot " << r;
+        }
+    }
+
+    const Ffns g = make_ffns(4, 2304, 256);
+    EXPECT_FALSE(cuda::routed_experts_few_tokens_applies(g.d(), g.inter()));
+    const std::vector<float> xg = randn(g.d());
+    const Tensor ids_g = i32_device(routed_ids(1, 4, 2));
+    EXPECT_EQ(rows_differing(run(*gpu_, g, xg, ids_g, 2, 10.0f), run(*gpu_, g, xg, ids_g, 2, 10.0f, true), g.d()), 0)
+        << "D 2304: the default sequence";
 }
 
 // The decode kernels' variants, DEEPINFER_CUDA_EXPERTS_DECODE_WGS (2 or 4 consumer warpgroups, the default 4) x

@@ -903,17 +903,24 @@ public:
     // "Decode") wherever they take the experts, from kRoutedWgmmaMinTokens tokens (moe_forward sends up to
     // kMoeDeviceSlots slots): one expert's weights are read once for all its slots, by an 8-stage asynchronous ring,
     // where expert_linear reads them once per product at 30-45% of the HBM's rate (measured figures at
-    // kRoutedWgmmaMinTokens). DEEPINFER_CUDA_DECODE_EXPERTS=linear keeps the default sequence. With FP8 activations
-    // (act_block 128) the kernels read a quantized copy of x and quantize h between their two products.
+    // kRoutedWgmmaMinTokens). Up to kRoutedFewTokensMax tokens (without FP8 activations) each slot runs as its own
+    // item on experts_few_tokens.cu's mma.sync kernels instead, with the same table.
+    // DEEPINFER_CUDA_DECODE_EXPERTS=linear keeps the default sequence. With FP8 activations (act_block 128) the kernels
+    // read a quantized copy of x and quantize h between their two products.
     void routed_experts(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& w1,
                         const std::vector<LinearWeight>& w3, const std::vector<LinearWeight>& w2, int rows_per_input,
                         float swiglu_limit, int act_block) override {
         check_act_block(act_block, w1);
         const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
-        const bool enough = rows_per_input > 0 && expert_of_row.numel() / rows_per_input >= cuda::kRoutedWgmmaMinTokens;
-        const void* table = decode_experts_wgmma_ && enough && wgmma_mode() && (act_block == 0 || act_block == 128)
-                                ? wgmma_table(w1, t1, t3, t2)
-                                : nullptr;
+        const int64_t tokens = rows_per_input > 0 ? expert_of_row.numel() / rows_per_input : 0;
+        const bool enough = tokens >= cuda::kRoutedWgmmaMinTokens;
+        const bool few = tokens <= cuda::kRoutedFewTokensMax && act_block == 0 && few_token_experts() && !w1.empty() &&
+                         cuda::routed_experts_few_tokens_applies(w1[0].cols, w1[0].rows) &&
+                         reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
+        const void* table =
+            decode_experts_wgmma_ && (enough || few) && wgmma_mode() && (act_block == 0 || act_block == 128)
+                ? wgmma_table(w1, t1, t3, t2)
+                : nullptr;
         if (!table) {
             Backend::routed_experts(out, x, expert_of_row, w1, w3, w2, rows_per_input, swiglu_limit, act_block);
             return;
@@ -925,6 +932,13 @@ public:
                   "routed_experts: x ", x.shape().str(), ", out ", out.shape().str(), ", ", r, " rows, ",
                   rows_per_input, " per input");
         if (r == 0) return;
+        if (few) {
+            const auto op = profiler_->scope("routed_experts few tokens");
+            cuda::launch_routed_experts_few_tokens(out.f32(), x.f32(), expert_of_row.as<const int32_t>(), r,
+                                                   rows_per_input, table, static_cast<int>(w1.size()), d, w1[0].rows,
+                                                   swiglu_limit, stream_);
+            return;
+        }
         // FP8 activations: the kernels read a quantized copy of x and quantize h themselves (quantize_h).
         const Tensor xq = act_block > 0 ? quantized_copy(x, QuantSim::kFp8Ue8m0, act_block) : Tensor();
         const auto op = profiler_->scope("routed_experts wgmma");
@@ -1059,6 +1073,15 @@ private:
     // operands, about twice the rate of dequantizing each expert for cuBLAS) in the auto and tc modes, where they
     // apply; batch-invariant mode keeps the tensor-core GEMM (the wgmma tile width follows a run's length), cublas
     // and tiled modes their kernels.
+    // DEEPINFER_CUDA_FEW_TOKEN_EXPERTS (read per call; 1, the default): routed_experts of up to
+    // cuda::kRoutedFewTokensMax tokens on experts_few_tokens.cu's kernels where they apply; 0 keeps the paths before
+    // them (expert_linear x 3 + swiglu at one token, the wgmma kernels from kRoutedWgmmaMinTokens).
+    static bool few_token_experts() {
+        const char* v = std::getenv("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS");
+        const std::string mode = v && *v ? v : "1";
+        DI_CHECK(mode == "0" || mode == "1", "DEEPINFER_CUDA_FEW_TOKEN_EXPERTS must be 0 or 1, not '", mode, "'");
+        return mode == "1";
+    }
     bool wgmma_mode() const {
         return !batch_invariant_ && (gemm_mode_ == GemmMode::kAuto || gemm_mode_ == GemmMode::kTc);
     }

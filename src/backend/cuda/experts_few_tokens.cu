@@ -1,0 +1,254 @@
+// The routed experts of a few tokens (decode at batches 1-4) on mma.sync: each slot (a token times one of its top-k
+// experts) is its own work item, since so few tokens' slots rarely share an expert (uniform routing: 6 / 11.5 / 23.4
+// distinct experts for 6 / 12 / 24 slots). Two launches: gate/up with SwiGLU in its epilogue, writing h in bf16, then
+// down, writing each slot's output row in f32.
+//
+// Why not the fp32 expert_linear or the wgmma kernels (experts_wgmma.cu) here: the fp32 kernel spends ~6 instructions a
+// weight (the FP4 decode to f32 and an FMA each) and so is bound by issue at ~1.8 TB/s; the wgmma kernels, built for
+// tiles of several tokens, have one CTA per 128-feature tile of each touched expert (96 at one token) and a per-stage
+// consumer chain to stream through. Here a lane decodes its FP4 word once into bf16 pairs (fp4_subnormal.cuh: ~2
+// instructions a weight, the E8M0 scale folded into the pair multiply) and one m16n8k16 mma takes 16 weights of each
+// of its two rows. H200, D 4096, I 2048, top-6 of 256 experts (gemv_bench --experts-only): the routed FFN at 1 / 2 / 4
+// / 8 tokens 37.7 / 65.0 / 118.6 / 226.0 us against 46.8 (fp32 expert_linear) / 93.4 / 131.2 / 236.4 (wgmma); at 8
+// tokens the two are within a few percent, and score routing shares more experts there, so the backend takes these
+// kernels up to kRoutedFewTokensMax (4) tokens.
+//
+// Layout of an mma: A = 16 weight rows x 16 k (gate/up: rows 0-7 the W1 rows of 8 features, rows 8-15 their W3 rows,
+// so that a lane's two accumulator rows are one feature's gate and up; down: 16 W2 rows), B = the slot's activations
+// in column 0 (lanes with g = lane / 4 > 0 supply zeros for columns 1-7). The mma's 16 logical k of a lane c = lane % 4
+// are physical k of its own 16-byte chunk c of the row's 128-k block (32 codes: 4 words, two k16 steps a word), in the
+// pair order the decode yields: word codes (0, 2), (1, 3) for the step's first half, (4, 6), (5, 7) for the second.
+// So the activations are staged in shared memory as bf16 with each group of 8 stored in the order 0 2 1 3 4 6 5 7
+// (perm8), and lane c reads the 8 of word w of its chunk with one 16-byte load.
+//
+// Block: up to 8 warps along K (k_split: warp w takes 128-k blocks NKB w .. NKB w + NKB - 1), one 16-row A tile; the
+// warps' column-0 sums meet in shared memory and are added in warp order (deterministic, independent of the other
+// slots). Grid: (features / tile, slots). Numerics as the wgmma kernels': x and h rounded to bf16, weights exact,
+// fp32 accumulation, SwiGLU in fp32.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "backend/cuda/bf16_mma.cuh"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/experts_wgmma.h"
+#include "backend/cuda/fp4_subnormal.cuh"
+#include "backend/cuda/launch.cuh"
+#include "backend/cuda/mma.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "deepinfer/error.h"
+
+namespace deepinfer::cuda {
+namespace {
+
+constexpr int kMaxWarps = 8;
+constexpr int kBlockK = 128;  // k of a lane group's four 16-byte chunks (one per lane c)
+
+// A product's K over the block's warps: K / 128 warps of one 128-k block each up to K = 1024, else 8 warps of
+// K / 1024 blocks (2 or 4). Other K do not apply. (Also measured: up to 16 warps of at most 2 blocks, 512 threads, two
+// blocks an SM instead of three: slower, 45.7 against 37.7 us for one token's routed FFN at the model width, 154.6
+// against 118.6 at four tokens.)
+struct KSplit {
+    int warps, nkb;
+};
+inline KSplit k_split(int64_t k) {
+    if (k <= 0 || k % kBlockK != 0) return {0, 0};
+    if (k <= kMaxWarps * kBlockK) return {static_cast<int>(k / kBlockK), 1};
+    const int64_t nkb = k / (kMaxWarps * kBlockK);
+    return k % (kMaxWarps * kBlockK) == 0 && (nkb == 2 || nkb == 4) ? KSplit{kMaxWarps, static_cast<int>(nkb)}
+                                                                    : KSplit{0, 0};
+}
+
+struct FewTokensParams {
+    const ExpertPtrs* experts;
+    int num_experts;
+    const int32_t* expert_of_row;  // [slots]
+    int rows_per_input;            // gate/up: slot s reads x row s / rows_per_input
+    const float* x;                // gate/up: [tokens, k] f32
+    const uint16_t* h_in;          // down: [slots, k] bf16 bits, perm8 order
+    uint16_t* h_out;               // gate/up: [slots, n] bf16 bits, perm8 order
+    float* out;                    // down: [slots, n] f32
+    int k, n;
+    float limit;  // SwiGLU clamp (0: none)
+};
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
+    return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
+}
+
+// perm8: stored position i of a group of 8 holds element perm8(i) (an involution: also element -> position).
+__device__ __forceinline__ int perm8(int i) { return (i == 1 || i == 2) ? 3 - i : (i == 5 || i == 6) ? 11 - i : i; }
+
+// A warp's K range [k0, k0 + 128 NKB) of the slot's activation row into shared memory as bf16 in perm8 order (gate/up:
+// rounded from the f32 row): each warp reads only the activations its own products take, so no block barrier stands
+// between a warp's weight loads and its products.
+template <bool kGateUp, int NKB>
+__device__ __forceinline__ void stage_activations(const FewTokensParams& p, int slot, uint16_t* xs, int k0, int lane) {
+    constexpr int kGroups = NKB * kBlockK / 8;  // groups of 8 in the warp's range
+#pragma unroll
+    for (int i = lane; i < kGroups; i += 32) {
+        const int q = k0 / 8 + i;
+        if constexpr (kGateUp) {
+            const float4* row =
+                reinterpret_cast<const float4*>(p.x + static_cast<int64_t>(slot / p.rows_per_input) * p.k);
+            const float4 a = row[2 * q], b = row[2 * q + 1];
+            uint4 v;
+            v.x = mma::pack_bf16(a.x, a.z);
+            v.y = mma::pack_bf16(a.y, a.w);
+            v.z = mma::pack_bf16(b.x, b.z);
+            v.w = mma::pack_bf16(b.y, b.w);
+            reinterpret_cast<uint4*>(xs)[q] = v;
+        } else {
+            reinterpret_cast<uint4*>(xs)[q] =
+                reinterpret_cast<const uint4*>(p.h_in + static_cast<int64_t>(slot) * p.k)[q];
+        }
+    }
+}
+
+// A warp's NKB blocks of its two rows (wa, ea: A row g; wb, eb: A row g + 8) against the staged activations.
+template <int NKB, bool kSlow>
+__device__ __forceinline__ void warp_products(float (&acc)[4], const uint4 (&wa)[NKB], const uint4 (&wb)[NKB],
+                                              const uint32_t (&ea)[NKB], const uint32_t (&eb)[NKB], const uint16_t* xs,
+                                              int k0, int g, int c) {
+#pragma unroll
+    for (int kb = 0; kb < NKB; ++kb) {
+        uint32_t alpha_a, alpha_b;
+        if constexpr (kSlow) {
+            alpha_a = subnormal_scale(ea[kb]).alpha, alpha_b = subnormal_scale(eb[kb]).alpha;
+        } else {
+            alpha_a = subnormal_alpha(ea[kb]), alpha_b = subnormal_alpha(eb[kb]);
+        }
+        const uint4* xq = reinterpret_cast<const uint4*>(xs + k0 + kb * kBlockK + 32 * c);  // word w: xq[w]
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            uint32_t a[4], b[4];
+            fp4_word_to_a(word_of(wa[kb], w), alpha_a, a);
+            fp4_word_to_a(word_of(wb[kb], w), alpha_b, b);
+            if constexpr (kSlow) {
+                const uint32_t pa = subnormal_scale(ea[kb]).post, pb = subnormal_scale(eb[kb]).post;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) a[j] = chunks::mul_bf16x2(a[j], pa), b[j] = chunks::mul_bf16x2(b[j], pb);
+            }
+            const uint4 x = g == 0 ? xq[w] : make_uint4(0, 0, 0, 0);  // column 0 only
+            mma::mma_bf16(acc, a[0], b[0], a[1], b[1], x.x, x.y);     // codes (0, 2) | (1, 3)
+            mma::mma_bf16(acc, a[2], b[2], a[3], b[3], x.z, x.w);     // codes (4, 6) | (5, 7)
+        }
+    }
+}
+
+template <bool kGateUp, int NKB>
+__global__ void __launch_bounds__(32 * kMaxWarps, 3) few_tokens_kernel(const FewTokensParams p) {
+    pdl_prologue();  // see pdl.cuh
+    extern __shared__ __align__(16) unsigned char smem[];
+    uint16_t* xs = reinterpret_cast<uint16_t*>(smem);       // [k] bf16, perm8
+    float* red = reinterpret_cast<float*>(smem + 2 * p.k);  // [warps][16] the warps' column-0 sums
+    const int slot = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int warps = blockDim.x / 32;
+    constexpr int kTile = kGateUp ? 8 : 16;  // features a block
+    const int f0 = blockIdx.x * kTile;
+    const int e = p.expert_of_row[slot];
+    if (e < 0 || e >= p.num_experts) {  // a bad id: a NaN row (as expert_linear leaves it); h is not read for it
+        if (!kGateUp && threadIdx.x < kTile)
+            p.out[static_cast<int64_t>(slot) * p.n + f0 + threadIdx.x] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const ExpertPtrs& ex = p.experts[e];
+    const int which_a = kGateUp ? 0 : 2, which_b = kGateUp ? 1 : 2;
+    const int64_t row_a = f0 + g, row_b = kGateUp ? f0 + g : f0 + g + 8;
+    const int k0 = warp * NKB * kBlockK;
+    const uint4* da = reinterpret_cast<const uint4*>(ex.data[which_a] + row_a * (p.k / 2) + k0 / 2) + c;
+    const uint4* db = reinterpret_cast<const uint4*>(ex.data[which_b] + row_b * (p.k / 2) + k0 / 2) + c;
+    const uint8_t* sa = ex.scale[which_a] + row_a * (p.k / 32) + k0 / 32 + c;
+    const uint8_t* sb = ex.scale[which_b] + row_b * (p.k / 32) + k0 / 32 + c;
+    uint4 wa[NKB], wb[NKB];
+    uint32_t ea[NKB], eb[NKB];
+#pragma unroll
+    for (int kb = 0; kb < NKB; ++kb) {  // every weight load in flight before the activations are staged
+        wa[kb] = __ldg(da + kb * (kBlockK / 32)), wb[kb] = __ldg(db + kb * (kBlockK / 32));
+        ea[kb] = __ldg(sa + kb * (kBlockK / 32)), eb[kb] = __ldg(sb + kb * (kBlockK / 32));
+    }
+    stage_activations<kGateUp, NKB>(p, slot, xs, k0, lane);
+    __syncwarp();
+
+    uint32_t any_e = 0;
+#pragma unroll
+    for (int kb = 0; kb < NKB; ++kb) any_e |= ea[kb] | eb[kb];
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // Scales outside the fast range (never in a checkpoint) take the two-multiply path, the whole warp together.
+    if (__any_sync(0xffffffffu, !subnormal_fast_scale(any_e)))
+        warp_products<NKB, true>(acc, wa, wb, ea, eb, xs, k0, g, c);
+    else
+        warp_products<NKB, false>(acc, wa, wb, ea, eb, xs, k0, g, c);
+    if (c == 0) red[warp * 16 + g] = acc[0], red[warp * 16 + g + 8] = acc[2];  // rows g, g + 8 of column 0
+    __syncthreads();
+
+    if (threadIdx.x >= kTile) return;
+    const int f = threadIdx.x;
+    float s0 = red[f], s1 = kGateUp ? red[f + 8] : 0.0f;
+    for (int w = 1; w < warps; ++w) {
+        s0 += red[w * 16 + f];
+        if constexpr (kGateUp) s1 += red[w * 16 + f + 8];
+    }
+    if constexpr (kGateUp) {
+        const float hv = swiglu_value(s0 * kAccScale, s1 * kAccScale, p.limit);
+        p.h_out[static_cast<int64_t>(slot) * p.n + f0 + perm8(f)] = __bfloat16_as_ushort(__float2bfloat16_rn(hv));
+    } else {
+        p.out[static_cast<int64_t>(slot) * p.n + f0 + f] = s0 * kAccScale;
+    }
+}
+
+template <bool kGateUp>
+void launch_product(const FewTokensParams& p, int64_t slots, cudaStream_t stream) {
+    const KSplit ks = k_split(p.k);
+    const dim3 grid(static_cast<unsigned>(p.n / (kGateUp ? 8 : 16)), static_cast<unsigned>(slots));
+    const int threads = 32 * ks.warps;
+    const size_t smem = static_cast<size_t>(2 * p.k + ks.warps * 16 * 4);
+    switch (ks.nkb) {
+        case 1:
+            launch_pdl(few_tokens_kernel<kGateUp, 1>, grid, threads, smem, stream, p);
+            break;
+        case 2:
+            launch_pdl(few_tokens_kernel<kGateUp, 2>, grid, threads, smem, stream, p);
+            break;
+        default:
+            launch_pdl(few_tokens_kernel<kGateUp, 4>, grid, threads, smem, stream, p);
+            break;
+    }
+    DI_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+bool routed_experts_few_tokens_applies(int64_t d, int64_t inter) {
+    return k_split(d).warps > 0 && k_split(inter).warps > 0 && inter % 8 == 0 && d % 16 == 0;
+}
+
+void launch_routed_experts_few_tokens(float* out, const float* x, const int32_t* expert_of_row, int64_t rows,
+                                      int rows_per_input, const void* device_table, int num_experts, int64_t d,
+                                      int64_t inter, float swiglu_limit, cudaStream_t stream) {
+    DI_ICHECK(routed_experts_few_tokens_applies(d, inter) && rows_per_input > 0 && rows % rows_per_input == 0 &&
+                  rows <= 65535 && num_experts > 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0,
+              "routed_experts_few_tokens: ", rows, " rows (", rows_per_input, " per input), D ", d, ", I ", inter);
+    if (rows == 0) return;
+    uint16_t* h = nullptr;
+    DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&h), static_cast<size_t>(rows * inter) * 2, stream));
+    // gate/up: x -> h (bf16, perm8); down: h -> out.
+    const FewTokensParams gate_up{static_cast<const ExpertPtrs*>(device_table),
+                                  num_experts,
+                                  expert_of_row,
+                                  rows_per_input,
+                                  x,
+                                  nullptr,
+                                  h,
+                                  nullptr,
+                                  static_cast<int>(d),
+                                  static_cast<int>(inter),
+                                  swiglu_limit};
+    launch_product<true>(gate_up, rows, stream);
+    FewTokensParams down = gate_up;
+    down.x = nullptr, down.h_in = h, down.h_out = nullptr, down.out = out;
+    down.k = static_cast<int>(inter), down.n = static_cast<int>(d);
+    launch_product<false>(down, rows, stream);
+    DI_CUDA_CHECK(cudaFreeAsync(h, stream));
+}
+
+}  // namespace deepinfer::cuda
