@@ -17,8 +17,9 @@
 // --wgmma-plans instead times each launch plan of the wgmma GEMV (run_wgmma_plans), --gemv-splits each split of the
 // fp32 GEMV (run_gemv_splits).
 // --only NAME keeps the GEMV products whose name contains NAME.
-//   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--experts-only | --no-experts | --wgmma-plans] [--gemv-splits]
-//              [--only NAME]
+// --routed-only: the whole routed FFN only.
+//   gemv_bench [--bandwidth-gbs 4259] [--iters 200] [--experts-only | --routed-only | --no-experts | --wgmma-plans]
+//              [--gemv-splits] [--only NAME]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -524,7 +525,7 @@ void run_gemv_splits(double bandwidth, int iters) {
 int main(int argc, char** argv) {
     double bandwidth = 4259;
     int iters = 200;
-    bool gemv = true, experts = true, plans = false, splits = false;
+    bool gemv = true, experts = true, plans = false, splits = false, products = true;
     for (int i = 1; i < argc; ++i) {
         if (!std::strcmp(argv[i], "--bandwidth-gbs") && i + 1 < argc)
             bandwidth = std::atof(argv[++i]);
@@ -532,6 +533,8 @@ int main(int argc, char** argv) {
             iters = std::atoi(argv[++i]);
         else if (!std::strcmp(argv[i], "--experts-only"))
             gemv = false;
+        else if (!std::strcmp(argv[i], "--routed-only"))
+            gemv = false, products = false;
         else if (!std::strcmp(argv[i], "--no-experts"))
             experts = false;
         else if (!std::strcmp(argv[i], "--wgmma-plans"))
@@ -542,8 +545,8 @@ int main(int argc, char** argv) {
             g_only = argv[++i];
         else {
             std::fprintf(stderr,
-                         "usage: gemv_bench [--bandwidth-gbs GBS] [--iters N] [--experts-only | --no-experts | "
-                         "--wgmma-plans] [--gemv-splits] [--only NAME]\n");
+                         "usage: gemv_bench [--bandwidth-gbs GBS] [--iters N] [--experts-only | --routed-only | "
+                         "--no-experts | --wgmma-plans] [--gemv-splits] [--only NAME]\n");
             return 2;
         }
     }
@@ -635,11 +638,14 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(out_fp32));
     CHECK(cudaFree(out_wgmma));
     if (experts) {
-        // The MoE block's calls: w1 and w3 (each token's row for its 6 slots), w2 (each slot its own row).
-        std::printf("\n%-18s %-14s %4s %5s %6s %9s %7s %6s %9s %7s %6s %8s %9s\n", "routed experts (fp4)", "[n x k]",
-                    "tok", "rows", "exp", "fp32 us", "GB/s", "% bw", "tc us", "GB/s", "% bw", "tc gain", "tc diff");
-        run_experts("expert w1/w3 x256", 2048, 4096, kTopK, bandwidth, iters);
-        run_experts("expert w2 x256", 4096, 2048, 1, bandwidth, iters);
+        if (products) {
+            // The MoE block's calls: w1 and w3 (each token's row for its 6 slots), w2 (each slot its own row).
+            std::printf("\n%-18s %-14s %4s %5s %6s %9s %7s %6s %9s %7s %6s %8s %9s\n", "routed experts (fp4)",
+                        "[n x k]", "tok", "rows", "exp", "fp32 us", "GB/s", "% bw", "tc us", "GB/s", "% bw", "tc gain",
+                        "tc diff");
+            run_experts("expert w1/w3 x256", 2048, 4096, kTopK, bandwidth, iters);
+            run_experts("expert w2 x256", 4096, 2048, 1, bandwidth, iters);
+        }
         // The whole routed FFN: w1, w3, SwiGLU and w2 (D 4096, I 2048).
         std::printf("\n%-18s %4s %5s %6s %-6s %9s %7s %6s %9s %7s %6s %8s %9s %9s %7s %6s %9s\n", "routed ffn (fp4)",
                     "tok", "rows", "exp", "linear", "linear us", "GB/s", "% bw", "wgmma us", "GB/s", "% bw", "gain",

@@ -20,8 +20,9 @@
 // plan takes (the default sequence, bitwise), and the profile naming the path taken; the decode kernels' variants
 // (DEEPINFER_CUDA_EXPERTS_DECODE_WGS x _BATCH, and B by cp.async instead of bulk tensor copies:
 // DEEPINFER_CUDA_EXPERTS_TMA=0) bitwise equal, FP4 scales on the decoder's slow path included. The
-// other tests run the defaults (4 consumer warpgroups, batch 4). Calls of up to kRoutedFewTokensMax tokens take
-// experts_few_tokens.cu's kernels where they apply (the same two bounds; FewTokensMatchCpuAndLinear). Without a compute
+// other tests run the defaults (4 consumer warpgroups, batch 4). With DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1 calls of up to
+// kRoutedFewTokensMax tokens take experts_few_tokens.cu's kernels where they apply (the same two bounds;
+// FewTokensMatchCpuAndLinear, and 1 and 4 tokens at the model width). Without a compute
 // capability 9.0 GPU the backend takes the default sequence and the wgmma-only checks are skipped.
 #include <gtest/gtest.h>
 
@@ -103,10 +104,11 @@ protected:
         return f.d1.size() <= static_cast<size_t>(cuda::kRoutedWgmmaMaxExperts) &&
                cuda::grouped_experts_wgmma_applies(f.d1, f.d3, f.d2);
     }
-    // Whether routed_experts of `tokens` tokens takes experts_few_tokens.cu's kernels (x 16-byte aligned unless
-    // misaligned).
+    // Whether routed_experts of `tokens` tokens takes experts_few_tokens.cu's kernels
+    // (DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1 and x 16-byte aligned unless misaligned).
     bool few_tokens(const Ffns& f, int64_t tokens, bool misaligned = false) const {
-        return wgmma(f) && tokens <= cuda::kRoutedFewTokensMax && !misaligned &&
+        const char* on = std::getenv("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS");
+        return on && std::string(on) == "1" && wgmma(f) && tokens <= cuda::kRoutedFewTokensMax && !misaligned &&
                cuda::routed_experts_few_tokens_applies(f.d(), f.inter());
     }
     Tensor i32_device(const std::vector<int32_t>& v) {
@@ -367,7 +369,8 @@ TEST_F(CudaRoutedExperts, SmallWidthMatchesCpuAndLinear) {
 
 // The model width, D = 4096 and I = 2048 with 256 experts (V4-Flash's routed experts): 1, 6, 48, 192, 768 and 2046
 // slots as moe_route leaves them, 2048 slots of a row per input, 2046 slots with one expert in every token's six
-// (341 slots: 11 decode tiles), and 2048 slots all on one expert (64 decode tiles of one weight tile each).
+// (341 slots: 11 decode tiles), and 2048 slots all on one expert (64 decode tiles of one weight tile each); 1 and 4
+// tokens again on the few-token kernels (DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1).
 TEST_F(CudaRoutedExperts, ModelWidthMatchesCpuAndLinear) {
     const int64_t e = 256;
     const Ffns f = make_ffns(e, 4096, 2048);
@@ -377,56 +380,63 @@ TEST_F(CudaRoutedExperts, ModelWidthMatchesCpuAndLinear) {
     check(f, routed_ids(32, e, 6), 6, 0.0f, 48);
     check(f, routed_ids(341, e, 6, 17), 6, 10.0f, 48);
     check(f, std::vector<int32_t>(2048, 200), 1, 10.0f, 48);
+    const testing_support::ScopedEnv few("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "1");  // experts_few_tokens.cu's kernels
+    for (int64_t tokens : {int64_t{1}, cuda::kRoutedFewTokensMax}) check(f, routed_ids(tokens, e, 6), 6, 10.0f, 48);
 }
 
 // Ids outside [0, E) (negative, E, far past it) give NaN rows in exactly their slots, as expert_linear does; the
 // other slots are bitwise what they are without the bad ones (their experts' runs hold the same slots in the same
 // order; calls of up to kRoutedFewTokensMax tokens, each slot its own item: what they are with a good id in each bad
 // one's place). Few and many slots, some sharing a token row with good ones, and every slot bad; prefill-sized calls
-// (3,000 slots, ~2,850 good: prefill's tiles with and without the bad ones).
+// (3,000 slots, ~2,850 good: prefill's tiles with and without the bad ones). With DEEPINFER_CUDA_FEW_TOKEN_EXPERTS at 0
+// and 1.
 TEST_F(CudaRoutedExperts, BadIdsGiveNaNRowsOnlyInTheirSlots) {
-    const int64_t e = 8;
-    const Ffns f = make_ffns(e, 512, 256);
-    const std::vector<int32_t> few = {1, 8, -1, 1, 3, INT_MIN, 7, 1000};
-    const auto some_bad = [&](size_t n) {
-        std::vector<int32_t> ids(n);
-        for (size_t i = 0; i < n; ++i) ids[i] = i % 37 == 5 ? -3 : i % 41 == 7 ? 8 : static_cast<int32_t>(rng_() % e);
-        return ids;
-    };
-    const std::vector<int32_t> many = some_bad(600), prefill_sized = some_bad(3000);
-    for (const std::vector<int32_t>& ids : {few, many, prefill_sized, std::vector<int32_t>(12, -1)}) {
-        for (int per_input : {1, 2}) {
-            const int64_t rows = static_cast<int64_t>(ids.size()), d = f.d();
-            const std::vector<float> x = randn(rows / per_input * d);
-            const std::vector<float> got = run(*gpu_, f, x, i32_device(ids), per_input, 10.0f);
-            std::vector<int32_t> good;
-            std::vector<float> xg;
-            std::vector<int64_t> good_at;
-            for (int64_t r = 0; r < rows; ++r) {
-                const bool bad = ids[r] < 0 || ids[r] >= e;
-                int64_t nans = 0;
-                for (int64_t i = 0; i < d; ++i) nans += std::isnan(got[r * d + i]);
-                EXPECT_EQ(nans, bad ? d : 0)
-                    << rows << " slots, " << per_input << " per input: slot " << r << ", id " << ids[r];
-                if (bad) continue;
-                good.push_back(ids[r]);
-                good_at.push_back(r);
-                xg.insert(xg.end(), x.begin() + (r / per_input) * d, x.begin() + (r / per_input + 1) * d);
+    for (const char* few_switch : {"0", "1"}) {
+        const testing_support::ScopedEnv switch_few("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", few_switch);
+        const int64_t e = 8;
+        const Ffns f = make_ffns(e, 512, 256);
+        const std::vector<int32_t> few = {1, 8, -1, 1, 3, INT_MIN, 7, 1000};
+        const auto some_bad = [&](size_t n) {
+            std::vector<int32_t> ids(n);
+            for (size_t i = 0; i < n; ++i)
+                ids[i] = i % 37 == 5 ? -3 : i % 41 == 7 ? 8 : static_cast<int32_t>(rng_() % e);
+            return ids;
+        };
+        const std::vector<int32_t> many = some_bad(600), prefill_sized = some_bad(3000);
+        for (const std::vector<int32_t>& ids : {few, many, prefill_sized, std::vector<int32_t>(12, -1)}) {
+            for (int per_input : {1, 2}) {
+                const int64_t rows = static_cast<int64_t>(ids.size()), d = f.d();
+                const std::vector<float> x = randn(rows / per_input * d);
+                const std::vector<float> got = run(*gpu_, f, x, i32_device(ids), per_input, 10.0f);
+                std::vector<int32_t> good;
+                std::vector<float> xg;
+                std::vector<int64_t> good_at;
+                for (int64_t r = 0; r < rows; ++r) {
+                    const bool bad = ids[r] < 0 || ids[r] >= e;
+                    int64_t nans = 0;
+                    for (int64_t i = 0; i < d; ++i) nans += std::isnan(got[r * d + i]);
+                    EXPECT_EQ(nans, bad ? d : 0)
+                        << rows << " slots, " << per_input << " per input: slot " << r << ", id " << ids[r];
+                    if (bad) continue;
+                    good.push_back(ids[r]);
+                    good_at.push_back(r);
+                    xg.insert(xg.end(), x.begin() + (r / per_input) * d, x.begin() + (r / per_input + 1) * d);
+                }
+                if (good.empty()) continue;
+                if (few_tokens(f, rows / per_input)) {  // each slot its own item: the bad ones given a good id instead
+                    std::vector<int32_t> fixed = ids;
+                    for (int32_t& id : fixed) id = id < 0 || id >= e ? 0 : id;
+                    const std::vector<float> ref = run(*gpu_, f, x, i32_device(fixed), per_input, 10.0f);
+                    EXPECT_EQ(rows_differing(rows_of(got, good_at, d), rows_of(ref, good_at, d), d), 0)
+                        << rows << " slots (few tokens): the good ones against a call without bad ids";
+                    continue;
+                }
+                // The good ones alone on the call's own path (so few of them would take the few-token kernels).
+                const testing_support::ScopedEnv same_path("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "0");
+                const std::vector<float> alone = run(*gpu_, f, xg, i32_device(good), 1, 10.0f);
+                EXPECT_EQ(rows_differing(rows_of(got, good_at, d), alone, d), 0)
+                    << rows << " slots: the good ones against themselves alone";
             }
-            if (good.empty()) continue;
-            if (few_tokens(f, rows / per_input)) {  // each slot its own item: the bad ones given a good id instead
-                std::vector<int32_t> fixed = ids;
-                for (int32_t& id : fixed) id = id < 0 || id >= e ? 0 : id;
-                const std::vector<float> ref = run(*gpu_, f, x, i32_device(fixed), per_input, 10.0f);
-                EXPECT_EQ(rows_differing(rows_of(got, good_at, d), rows_of(ref, good_at, d), d), 0)
-                    << rows << " slots (few tokens): the good ones against a call without bad ids";
-                continue;
-            }
-            // The good ones alone on the call's own path (so few of them would take the few-token kernels).
-            const testing_support::ScopedEnv same_path("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "0");
-            const std::vector<float> alone = run(*gpu_, f, xg, i32_device(good), 1, 10.0f);
-            EXPECT_EQ(rows_differing(rows_of(got, good_at, d), alone, d), 0)
-                << rows << " slots: the good ones against themselves alone";
         }
     }
 }
@@ -478,23 +488,23 @@ TEST_F(CudaRoutedExperts, SwitchAndFallback) {
     EXPECT_LE(rel_error(got, base), kSameNumericsBound);
     EXPECT_EQ(fused_profile.find("routed_experts wgmma") != std::string::npos, wgmma(f)) << fused_profile;
 
-    // One token: the fused backend takes the few-token kernels where they apply (D 512 and I 256 do);
-    // DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=0 keeps expert_linear there, bitwise the default sequence.
+    // One token: the fused backend takes expert_linear by default (bitwise the default sequence), the few-token
+    // kernels where they apply (D 512 and I 256 do) with DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1; a bad value is refused.
     const std::vector<int32_t> one = routed_ids(1, 16, 6);
     const std::vector<float> x1 = randn(f.d());
     const Tensor one_d = i32_device(one);
     const std::vector<float> one_base = run(*gpu_, f, x1, one_d, 6, 10.0f, true);
     fused->take_profile();
-    EXPECT_LE(rel_error(run(*fused, f, x1, one_d, 6, 10.0f), one_base), kSameNumericsBound) << "one token";
+    EXPECT_EQ(rows_differing(run(*fused, f, x1, one_d, 6, 10.0f), one_base, f.d()), 0) << "one token";
     std::string one_profile = fused->take_profile();
-    EXPECT_EQ(one_profile.find("routed_experts few tokens") != std::string::npos, wgmma(f)) << one_profile;
+    EXPECT_EQ(one_profile.find("routed_experts few tokens"), std::string::npos) << one_profile;
     EXPECT_EQ(one_profile.find("routed_experts wgmma"), std::string::npos) << one_profile;
     {
-        const testing_support::ScopedEnv off("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "0");
-        EXPECT_EQ(rows_differing(run(*fused, f, x1, one_d, 6, 10.0f), one_base, f.d()), 0)
-            << "one token, DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=0";
+        const testing_support::ScopedEnv on("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "1");
+        EXPECT_LE(rel_error(run(*fused, f, x1, one_d, 6, 10.0f), one_base), kSameNumericsBound)
+            << "one token, DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1";
         one_profile = fused->take_profile();
-        EXPECT_EQ(one_profile.find("routed_experts few tokens"), std::string::npos) << one_profile;
+        EXPECT_EQ(one_profile.find("routed_experts few tokens") != std::string::npos, wgmma(f)) << one_profile;
     }
     {
         const testing_support::ScopedEnv bad("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "yes");
@@ -518,11 +528,13 @@ TEST_F(CudaRoutedExperts, SwitchAndFallback) {
 // Up to kRoutedFewTokensMax tokens (experts_few_tokens.cu, each slot its own work item): check()'s bounds against the
 // CPU and expert_linear for the K splits the kernels take (D 1024 / I 384: one 128-k block a warp on 8 and 3 warps;
 // D 4096 / I 2048 in ModelWidthMatchesCpuAndLinear: 4 and 2 blocks a warp on 8) with FP4 scales on the decoder's
-// slow path, both SwiGLU modes, a row per input and six, 1-4 tokens; two runs bitwise equal; ids outside [0, E)
+// slow path, both SwiGLU modes, a row per input and six, 1-4 tokens; two runs, and the persistent blocks against a
+// block an item (DEEPINFER_CUDA_FEW_TOKENS_PERSISTENT=0), bitwise equal; ids outside [0, E)
 // give NaN rows in exactly their slots while every other slot is bitwise what it is with a good id in the bad one's
 // place (a slot's result depends on its own row and expert only); a D the kernels do not take (2304: above 1024, not
 // 8 warps of 2 or 4 blocks of 128) falls back, bitwise the default sequence at one token.
 TEST_F(CudaRoutedExperts, FewTokensMatchCpuAndLinear) {
+    const testing_support::ScopedEnv on("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "1");
     const Ffns f = make_ffns(16, 1024, 384, true);
     if (!wgmma(f)) GTEST_SKIP() << "the wgmma experts' table does not apply here";
     ASSERT_TRUE(cuda::routed_experts_few_tokens_applies(f.d(), f.inter()));
@@ -537,6 +549,14 @@ TEST_F(CudaRoutedExperts, FewTokensMatchCpuAndLinear) {
     const Tensor ids_d = i32_device(ids);
     const std::vector<float> got = run(*gpu_, f, x, ids_d, 6, 10.0f);
     EXPECT_EQ(rows_differing(run(*gpu_, f, x, ids_d, 6, 10.0f), got, f.d()), 0) << "a second run";
+    {
+        const std::vector<float> x4 = randn(cuda::kRoutedFewTokensMax * f.d());
+        const Tensor ids4 = i32_device(routed_ids(cuda::kRoutedFewTokensMax, 16, 6));
+        const std::vector<float> persistent = run(*gpu_, f, x4, ids4, 6, 10.0f);
+        const testing_support::ScopedEnv one_each("DEEPINFER_CUDA_FEW_TOKENS_PERSISTENT", "0");
+        EXPECT_EQ(rows_differing(run(*gpu_, f, x4, ids4, 6, 10.0f), persistent, f.d()), 0)
+            << "a block an item (DEEPINFER_CUDA_FEW_TOKENS_PERSISTENT=0) against the persistent blocks";
+    }
 
     std::vector<int32_t> bad = ids;
     bad[1] = -1, bad[4] = 16;

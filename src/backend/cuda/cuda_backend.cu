@@ -903,8 +903,9 @@ public:
     // "Decode") wherever they take the experts, from kRoutedWgmmaMinTokens tokens (moe_forward sends up to
     // kMoeDeviceSlots slots): one expert's weights are read once for all its slots, by an 8-stage asynchronous ring,
     // where expert_linear reads them once per product at 30-45% of the HBM's rate (measured figures at
-    // kRoutedWgmmaMinTokens). Up to kRoutedFewTokensMax tokens (without FP8 activations) each slot runs as its own
-    // item on experts_few_tokens.cu's mma.sync kernels instead, with the same table.
+    // kRoutedWgmmaMinTokens). With DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1, up to kRoutedFewTokensMax tokens (without FP8
+    // activations) each slot runs as its own item on experts_few_tokens.cu's mma.sync kernels instead, with the same
+    // table (few_token_experts()).
     // DEEPINFER_CUDA_DECODE_EXPERTS=linear keeps the default sequence. With FP8 activations (act_block 128) the kernels
     // read a quantized copy of x and quantize h between their two products.
     void routed_experts(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& w1,
@@ -1069,19 +1070,22 @@ private:
         return t;
     }
 
+    // DEEPINFER_CUDA_FEW_TOKEN_EXPERTS (read per call): 1 takes experts_few_tokens.cu's kernels for routed_experts of
+    // up to cuda::kRoutedFewTokensMax tokens where they apply; 0 (the default) keeps expert_linear x 3 + swiglu at one
+    // token and the wgmma kernels from kRoutedWgmmaMinTokens. Off by default: the op is 10-30% faster alone
+    // (gemv_bench) but the 8-layer decode step was slower with it (H200: batch 1 1.86-1.91 against 1.74-1.75 ms, batch
+    // 4 2.90-2.92 against 2.67-2.68, with ~0.4 ms more host time a step;
+    // bench/results/decode_few_token_experts_2026-12-03.txt).
+    static bool few_token_experts() {
+        const char* v = std::getenv("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS");
+        const std::string mode = v && *v ? v : "0";
+        DI_CHECK(mode == "0" || mode == "1", "DEEPINFER_CUDA_FEW_TOKEN_EXPERTS must be 0 or 1, not '", mode, "'");
+        return mode == "1";
+    }
     // Prefill's routed experts on the fused wgmma kernels (experts_wgmma.cu: FP4 decoded into the tensor cores'
     // operands, about twice the rate of dequantizing each expert for cuBLAS) in the auto and tc modes, where they
     // apply; batch-invariant mode keeps the tensor-core GEMM (the wgmma tile width follows a run's length), cublas
     // and tiled modes their kernels.
-    // DEEPINFER_CUDA_FEW_TOKEN_EXPERTS (read per call; 1, the default): routed_experts of up to
-    // cuda::kRoutedFewTokensMax tokens on experts_few_tokens.cu's kernels where they apply; 0 keeps the paths before
-    // them (expert_linear x 3 + swiglu at one token, the wgmma kernels from kRoutedWgmmaMinTokens).
-    static bool few_token_experts() {
-        const char* v = std::getenv("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS");
-        const std::string mode = v && *v ? v : "1";
-        DI_CHECK(mode == "0" || mode == "1", "DEEPINFER_CUDA_FEW_TOKEN_EXPERTS must be 0 or 1, not '", mode, "'");
-        return mode == "1";
-    }
     bool wgmma_mode() const {
         return !batch_invariant_ && (gemm_mode_ == GemmMode::kAuto || gemm_mode_ == GemmMode::kTc);
     }

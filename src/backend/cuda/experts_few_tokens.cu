@@ -10,8 +10,9 @@
 // instructions a weight, the E8M0 scale folded into the pair multiply) and one m16n8k16 mma takes 16 weights of each
 // of its two rows. H200, D 4096, I 2048, top-6 of 256 experts (gemv_bench --experts-only): the routed FFN at 1 / 2 / 4
 // / 8 tokens 37.7 / 65.0 / 118.6 / 226.0 us against 46.8 (fp32 expert_linear) / 93.4 / 131.2 / 236.4 (wgmma); at 8
-// tokens the two are within a few percent, and score routing shares more experts there, so the backend takes these
-// kernels up to kRoutedFewTokensMax (4) tokens.
+// tokens the two are within a few percent, and score routing shares more experts there, so the backend would take
+// these kernels up to kRoutedFewTokensMax (4) tokens. It does only with DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1: in the
+// 8-layer decode step they made batches 1 and 4 slower, not faster (see CudaBackend::few_token_experts).
 //
 // Layout of an mma: A = 16 weight rows x 16 k (gate/up: rows 0-7 the W1 rows of 8 features, rows 8-15 their W3 rows,
 // so that a lane's two accumulator rows are one feature's gate and up; down: 16 W2 rows), B = the slot's activations
@@ -21,12 +22,18 @@
 // So the activations are staged in shared memory as bf16 with each group of 8 stored in the order 0 2 1 3 4 6 5 7
 // (perm8), and lane c reads the 8 of word w of its chunk with one 16-byte load.
 //
-// Block: up to 8 warps along K (k_split: warp w takes 128-k blocks NKB w .. NKB w + NKB - 1), one 16-row A tile; the
-// warps' column-0 sums meet in shared memory and are added in warp order (deterministic, independent of the other
-// slots). Grid: (features / tile, slots). Numerics as the wgmma kernels': x and h rounded to bf16, weights exact,
-// fp32 accumulation, SwiGLU in fp32.
+// Work item: one slot's 16-row A tile (8 features for gate/up, 16 for down). Block: up to 8 warps along K (k_split:
+// warp w takes 128-k blocks NKB w .. NKB w + NKB - 1); the warps' column-0 sums meet in shared memory and are added in
+// warp order (deterministic, independent of the other slots and of which block takes the item). Blocks are
+// persistent, two an SM, each walking a run of items with the next item's weights in flight while it multiplies the
+// current one (few_tokens_kernel). Numerics as the wgmma kernels': x and h rounded to bf16, weights exact, fp32
+// accumulation, SwiGLU in fp32.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/bf16_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
@@ -135,82 +142,128 @@ __device__ __forceinline__ void warp_products(float (&acc)[4], const uint4 (&wa)
     }
 }
 
+// A warp's loads for one work item (slot, tile of features): its two rows' 16-byte chunks and scale bytes of its K
+// range, issued at once; bad: the slot's expert id is outside [0, E) (nothing loaded).
+template <int NKB>
+struct ItemLoads {
+    uint4 wa[NKB], wb[NKB];
+    uint32_t ea[NKB], eb[NKB];
+    int slot, f0;
+    bool bad;
+};
 template <bool kGateUp, int NKB>
-__global__ void __launch_bounds__(32 * kMaxWarps, 3) few_tokens_kernel(const FewTokensParams p) {
-    pdl_prologue();  // see pdl.cuh
-    extern __shared__ __align__(16) unsigned char smem[];
-    uint16_t* xs = reinterpret_cast<uint16_t*>(smem);       // [k] bf16, perm8
-    float* red = reinterpret_cast<float*>(smem + 2 * p.k);  // [warps][16] the warps' column-0 sums
-    const int slot = blockIdx.y, warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-    const int warps = blockDim.x / 32;
-    constexpr int kTile = kGateUp ? 8 : 16;  // features a block
-    const int f0 = blockIdx.x * kTile;
-    const int e = p.expert_of_row[slot];
-    if (e < 0 || e >= p.num_experts) {  // a bad id: a NaN row (as expert_linear leaves it); h is not read for it
-        if (!kGateUp && threadIdx.x < kTile)
-            p.out[static_cast<int64_t>(slot) * p.n + f0 + threadIdx.x] = __int_as_float(0x7fc00000);
-        return;
-    }
+__device__ __forceinline__ void load_item(ItemLoads<NKB>& l, const FewTokensParams& p, int item, int k0, int g, int c) {
+    constexpr int kTile = kGateUp ? 8 : 16;  // features an item
+    const int tiles = p.n / kTile;
+    l.slot = item / tiles, l.f0 = item % tiles * kTile;
+    const int e = p.expert_of_row[l.slot];
+    l.bad = e < 0 || e >= p.num_experts;
+    if (l.bad) return;
     const ExpertPtrs& ex = p.experts[e];
     const int which_a = kGateUp ? 0 : 2, which_b = kGateUp ? 1 : 2;
-    const int64_t row_a = f0 + g, row_b = kGateUp ? f0 + g : f0 + g + 8;
-    const int k0 = warp * NKB * kBlockK;
+    const int64_t row_a = l.f0 + g, row_b = kGateUp ? l.f0 + g : l.f0 + g + 8;
     const uint4* da = reinterpret_cast<const uint4*>(ex.data[which_a] + row_a * (p.k / 2) + k0 / 2) + c;
     const uint4* db = reinterpret_cast<const uint4*>(ex.data[which_b] + row_b * (p.k / 2) + k0 / 2) + c;
     const uint8_t* sa = ex.scale[which_a] + row_a * (p.k / 32) + k0 / 32 + c;
     const uint8_t* sb = ex.scale[which_b] + row_b * (p.k / 32) + k0 / 32 + c;
-    uint4 wa[NKB], wb[NKB];
-    uint32_t ea[NKB], eb[NKB];
 #pragma unroll
-    for (int kb = 0; kb < NKB; ++kb) {  // every weight load in flight before the activations are staged
-        wa[kb] = __ldg(da + kb * (kBlockK / 32)), wb[kb] = __ldg(db + kb * (kBlockK / 32));
-        ea[kb] = __ldg(sa + kb * (kBlockK / 32)), eb[kb] = __ldg(sb + kb * (kBlockK / 32));
+    for (int kb = 0; kb < NKB; ++kb) {
+        l.wa[kb] = __ldg(da + kb * (kBlockK / 32)), l.wb[kb] = __ldg(db + kb * (kBlockK / 32));
+        l.ea[kb] = __ldg(sa + kb * (kBlockK / 32)), l.eb[kb] = __ldg(sb + kb * (kBlockK / 32));
     }
-    stage_activations<kGateUp, NKB>(p, slot, xs, k0, lane);
-    __syncwarp();
+}
 
-    uint32_t any_e = 0;
+// Block: items [blockIdx.x per, + per) in order (item = slot x tiles + tile, so a block's items share their slot's
+// activations and walk adjacent weight rows), each warp loading the next item's weights before it multiplies the
+// current one's. per = 1 (a block an item, DEEPINFER_CUDA_FEW_TOKENS_PERSISTENT=0) or enough for two blocks an SM.
+template <bool kGateUp, int NKB>
+__global__ void __launch_bounds__(32 * kMaxWarps, 2) few_tokens_kernel(const FewTokensParams p, int items, int per) {
+    pdl_prologue();  // see pdl.cuh
+    extern __shared__ __align__(16) unsigned char smem[];
+    uint16_t* xs = reinterpret_cast<uint16_t*>(smem);       // [k] bf16, perm8
+    float* red = reinterpret_cast<float*>(smem + 2 * p.k);  // [2][warps][16] the warps' column-0 sums, by item parity
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+    const int warps = blockDim.x / 32, k0 = warp * NKB * kBlockK;
+    constexpr int kTile = kGateUp ? 8 : 16;
+    const int begin = blockIdx.x * per, end = min(begin + per, items);
+    ItemLoads<NKB> cur, nxt;
+    if (begin < end) load_item<kGateUp>(cur, p, begin, k0, g, c);
+    int staged = -1;  // the slot whose activations this warp's range of xs holds
+    for (int it = begin, parity = 0; it < end; ++it, parity ^= 1) {
+        if (it + 1 < end) load_item<kGateUp>(nxt, p, it + 1, k0, g, c);
+        float* rp = red + parity * warps * 16;
+        if (!cur.bad) {
+            if (cur.slot != staged) {
+                stage_activations<kGateUp, NKB>(p, cur.slot, xs, k0, lane);
+                __syncwarp();
+                staged = cur.slot;
+            }
+            uint32_t any_e = 0;
 #pragma unroll
-    for (int kb = 0; kb < NKB; ++kb) any_e |= ea[kb] | eb[kb];
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    // Scales outside the fast range (never in a checkpoint) take the two-multiply path, the whole warp together.
-    if (__any_sync(0xffffffffu, !subnormal_fast_scale(any_e)))
-        warp_products<NKB, true>(acc, wa, wb, ea, eb, xs, k0, g, c);
-    else
-        warp_products<NKB, false>(acc, wa, wb, ea, eb, xs, k0, g, c);
-    if (c == 0) red[warp * 16 + g] = acc[0], red[warp * 16 + g + 8] = acc[2];  // rows g, g + 8 of column 0
-    __syncthreads();
+            for (int kb = 0; kb < NKB; ++kb) any_e |= cur.ea[kb] | cur.eb[kb];
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            // Scales outside the fast range (never in a checkpoint) take the two-multiply path, the warp together.
+            if (__any_sync(0xffffffffu, !subnormal_fast_scale(any_e)))
+                warp_products<NKB, true>(acc, cur.wa, cur.wb, cur.ea, cur.eb, xs, k0, g, c);
+            else
+                warp_products<NKB, false>(acc, cur.wa, cur.wb, cur.ea, cur.eb, xs, k0, g, c);
+            if (c == 0) rp[warp * 16 + g] = acc[0], rp[warp * 16 + g + 8] = acc[2];  // rows g, g + 8 of column 0
+        }
+        // One barrier an item: the sums of item it are read from rp while the warps go on to item it + 1 (the other
+        // parity); they come back to this parity only after the next barrier, which the readers reach after reading.
+        __syncthreads();
+        if (threadIdx.x < kTile) {
+            const int f = threadIdx.x;
+            const int64_t at = static_cast<int64_t>(cur.slot) * p.n + cur.f0;
+            if (cur.bad) {  // a NaN row (as expert_linear leaves it); h is not read for it
+                if constexpr (!kGateUp) p.out[at + f] = __int_as_float(0x7fc00000);
+            } else {
+                float s0 = rp[f], s1 = kGateUp ? rp[f + 8] : 0.0f;
+                for (int w = 1; w < warps; ++w) {
+                    s0 += rp[w * 16 + f];
+                    if constexpr (kGateUp) s1 += rp[w * 16 + f + 8];
+                }
+                if constexpr (kGateUp) {
+                    const float hv = swiglu_value(s0 * kAccScale, s1 * kAccScale, p.limit);
+                    p.h_out[at + perm8(f)] = __bfloat16_as_ushort(__float2bfloat16_rn(hv));
+                } else {
+                    p.out[at + f] = s0 * kAccScale;
+                }
+            }
+        }
+        cur = nxt;
+    }
+}
 
-    if (threadIdx.x >= kTile) return;
-    const int f = threadIdx.x;
-    float s0 = red[f], s1 = kGateUp ? red[f + 8] : 0.0f;
-    for (int w = 1; w < warps; ++w) {
-        s0 += red[w * 16 + f];
-        if constexpr (kGateUp) s1 += red[w * 16 + f + 8];
-    }
-    if constexpr (kGateUp) {
-        const float hv = swiglu_value(s0 * kAccScale, s1 * kAccScale, p.limit);
-        p.h_out[static_cast<int64_t>(slot) * p.n + f0 + perm8(f)] = __bfloat16_as_ushort(__float2bfloat16_rn(hv));
-    } else {
-        p.out[static_cast<int64_t>(slot) * p.n + f0 + f] = s0 * kAccScale;
-    }
+// DEEPINFER_CUDA_FEW_TOKENS_PERSISTENT (read per call): 1 (default) two persistent blocks an SM walking their items
+// with the next item's loads in flight; 0 a block an item.
+bool few_tokens_persistent() {
+    const char* v = std::getenv("DEEPINFER_CUDA_FEW_TOKENS_PERSISTENT");
+    const std::string mode = v && *v ? v : "1";
+    DI_CHECK(mode == "0" || mode == "1", "DEEPINFER_CUDA_FEW_TOKENS_PERSISTENT must be 0 or 1, not '", mode, "'");
+    return mode == "1";
 }
 
 template <bool kGateUp>
 void launch_product(const FewTokensParams& p, int64_t slots, cudaStream_t stream) {
     const KSplit ks = k_split(p.k);
-    const dim3 grid(static_cast<unsigned>(p.n / (kGateUp ? 8 : 16)), static_cast<unsigned>(slots));
+    const int64_t items = slots * (p.n / (kGateUp ? 8 : 16));
+    DI_ICHECK(items < INT32_MAX, "routed_experts_few_tokens: ", items, " items");
+    const int64_t blocks = few_tokens_persistent() ? std::min<int64_t>(items, 2 * device_sm_count()) : items;
+    const int per = static_cast<int>(ceil_div(items, blocks));
+    const dim3 grid(static_cast<unsigned>(ceil_div(items, per)));
     const int threads = 32 * ks.warps;
-    const size_t smem = static_cast<size_t>(2 * p.k + ks.warps * 16 * 4);
+    const size_t smem = static_cast<size_t>(2 * p.k + 2 * ks.warps * 16 * 4);
+    const int n_items = static_cast<int>(items);
     switch (ks.nkb) {
         case 1:
-            launch_pdl(few_tokens_kernel<kGateUp, 1>, grid, threads, smem, stream, p);
+            launch_pdl(few_tokens_kernel<kGateUp, 1>, grid, threads, smem, stream, p, n_items, per);
             break;
         case 2:
-            launch_pdl(few_tokens_kernel<kGateUp, 2>, grid, threads, smem, stream, p);
+            launch_pdl(few_tokens_kernel<kGateUp, 2>, grid, threads, smem, stream, p, n_items, per);
             break;
         default:
-            launch_pdl(few_tokens_kernel<kGateUp, 4>, grid, threads, smem, stream, p);
+            launch_pdl(few_tokens_kernel<kGateUp, 4>, grid, threads, smem, stream, p, n_items, per);
             break;
     }
     DI_CUDA_LAUNCH_CHECK();
