@@ -325,13 +325,13 @@ void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
 
     const int64_t max_tokens = 128, max_rows = max_tokens * kTopK;
     const float limit = 10.0f;
-    float *x = nullptr, *g = nullptr, *u = nullptr, *out_linear = nullptr, *out_wgmma = nullptr, *out_one = nullptr;
+    float *x = nullptr, *g = nullptr, *u = nullptr, *out_linear = nullptr, *out_wgmma = nullptr, *out_few = nullptr;
     CHECK(cudaMalloc(&x, max_tokens * d * 4));
     CHECK(cudaMalloc(&g, max_rows * inter * 4));
     CHECK(cudaMalloc(&u, max_rows * inter * 4));
     CHECK(cudaMalloc(&out_linear, max_rows * d * 4));
     CHECK(cudaMalloc(&out_wgmma, max_rows * d * 4));
-    CHECK(cudaMalloc(&out_one, max_rows * d * 4));
+    CHECK(cudaMalloc(&out_few, max_rows * d * 4));
     fill_device(x, max_tokens * d * 4, 0, 13);
     int32_t* ids_d = nullptr;
     CHECK(cudaMalloc(&ids_d, kRoutings * max_rows * 4));
@@ -356,20 +356,20 @@ void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
             launch_routed_experts_wgmma(out_wgmma, x, ids_d + r * rows, rows, kTopK, ptrs_d, kExperts, d, inter, limit,
                                         nullptr);
         };
-        // The few-token kernels (each slot its own item), where the backend takes them and up to 8 tokens.
-        const bool one_applies = tokens <= 8 && routed_experts_few_tokens_applies(d, inter);
-        auto one = [&](int r) {
-            launch_routed_experts_few_tokens(out_one, x, ids_d + r * rows, rows, kTopK, ptrs_d, kExperts, d, inter,
+        // The few-token kernels (each slot its own item): up to 8 tokens, past kRoutedFewTokensMax too.
+        const bool few_applies = tokens <= 8 && routed_experts_few_tokens_applies(d, inter);
+        auto few = [&](int r) {
+            launch_routed_experts_few_tokens(out_few, x, ids_d + r * rows, rows, kTopK, ptrs_d, kExperts, d, inter,
                                              limit, nullptr);
         };
         for (int i = 0; i < kRoutings; ++i) {
             linear(i), fused(i);
-            if (one_applies) one(i);
+            if (few_applies) few(i);
         }
         const double linear_us = deepinfer::bench::mean_call_us(iters, [&](int i) { linear(i % kRoutings); });
         const double fused_us = deepinfer::bench::mean_call_us(iters, [&](int i) { fused(i % kRoutings); });
-        const double one_us =
-            one_applies ? deepinfer::bench::mean_call_us(iters, [&](int i) { one(i % kRoutings); }) : 0.0;
+        const double few_us =
+            few_applies ? deepinfer::bench::mean_call_us(iters, [&](int i) { few(i % kRoutings); }) : 0.0;
         auto gbs = [&](double us) { return distinct * static_cast<double>(expert_bytes) / us / 1e3; };
         linear(0);
         fused(0);
@@ -378,15 +378,15 @@ void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
                     tc ? "tc" : "fp32", linear_us, gbs(linear_us), 100.0 * gbs(linear_us) / bandwidth, fused_us,
                     gbs(fused_us), 100.0 * gbs(fused_us) / bandwidth, linear_us / fused_us,
                     rel_diff(out_wgmma, out_linear, rows * d));
-        if (one_applies) {
-            one(0);
-            std::printf(" %9.2f %7.0f %5.1f%% %9.1e", one_us, gbs(one_us), 100.0 * gbs(one_us) / bandwidth,
-                        rel_diff(out_one, out_linear, rows * d));
+        if (few_applies) {
+            few(0);
+            std::printf(" %9.2f %7.0f %5.1f%% %9.1e", few_us, gbs(few_us), 100.0 * gbs(few_us) / bandwidth,
+                        rel_diff(out_few, out_linear, rows * d));
         }
         std::printf("\n");
     }
     for (void* p : {static_cast<void*>(x), static_cast<void*>(g), static_cast<void*>(u), static_cast<void*>(out_linear),
-                    static_cast<void*>(out_wgmma), static_cast<void*>(out_one), static_cast<void*>(ids_d), ptrs_d})
+                    static_cast<void*>(out_wgmma), static_cast<void*>(out_few), static_cast<void*>(ids_d), ptrs_d})
         CHECK(cudaFree(p));
     for (WeightDesc* p : tables_d) CHECK(cudaFree(p));
     for (Matrix& m : mats) {

@@ -42,6 +42,7 @@
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/mma.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/wgmma_common.cuh"
 #include "deepinfer/error.h"
 
 namespace deepinfer::cuda {
@@ -77,10 +78,6 @@ struct FewTokensParams {
     int k, n;
     float limit;  // SwiGLU clamp (0: none)
 };
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
-    return w == 0 ? v.x : w == 1 ? v.y : w == 2 ? v.z : v.w;
-}
 
 // perm8: stored position i of a group of 8 holds element perm8(i) (an involution: also element -> position).
 __device__ __forceinline__ int perm8(int i) { return (i == 1 || i == 2) ? 3 - i : (i == 5 || i == 6) ? 11 - i : i; }
@@ -118,22 +115,20 @@ __device__ __forceinline__ void warp_products(float (&acc)[4], const uint4 (&wa)
                                               int k0, int g, int c) {
 #pragma unroll
     for (int kb = 0; kb < NKB; ++kb) {
-        uint32_t alpha_a, alpha_b;
-        if constexpr (kSlow) {
-            alpha_a = subnormal_scale(ea[kb]).alpha, alpha_b = subnormal_scale(eb[kb]).alpha;
-        } else {
-            alpha_a = subnormal_alpha(ea[kb]), alpha_b = subnormal_alpha(eb[kb]);
-        }
+        // The slow path's post multipliers (subnormal_scale), once a block rather than once a word.
+        const SubnormalScale sa = subnormal_scale(ea[kb]), sb = subnormal_scale(eb[kb]);
+        const uint32_t alpha_a = kSlow ? sa.alpha : subnormal_alpha(ea[kb]);
+        const uint32_t alpha_b = kSlow ? sb.alpha : subnormal_alpha(eb[kb]);
         const uint4* xq = reinterpret_cast<const uint4*>(xs + k0 + kb * kBlockK + 32 * c);  // word w: xq[w]
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
             uint32_t a[4], b[4];
-            fp4_word_to_a(word_of(wa[kb], w), alpha_a, a);
-            fp4_word_to_a(word_of(wb[kb], w), alpha_b, b);
+            fp4_word_to_a(wgmma::word_of(wa[kb], w), alpha_a, a);
+            fp4_word_to_a(wgmma::word_of(wb[kb], w), alpha_b, b);
             if constexpr (kSlow) {
-                const uint32_t pa = subnormal_scale(ea[kb]).post, pb = subnormal_scale(eb[kb]).post;
 #pragma unroll
-                for (int j = 0; j < 4; ++j) a[j] = chunks::mul_bf16x2(a[j], pa), b[j] = chunks::mul_bf16x2(b[j], pb);
+                for (int j = 0; j < 4; ++j)
+                    a[j] = chunks::mul_bf16x2(a[j], sa.post), b[j] = chunks::mul_bf16x2(b[j], sb.post);
             }
             const uint4 x = g == 0 ? xq[w] : make_uint4(0, 0, 0, 0);  // column 0 only
             mma::mma_bf16(acc, a[0], b[0], a[1], b[1], x.x, x.y);     // codes (0, 2) | (1, 3)
@@ -245,11 +240,11 @@ bool few_tokens_persistent() {
 }
 
 template <bool kGateUp>
-void launch_product(const FewTokensParams& p, int64_t slots, cudaStream_t stream) {
+void launch_product(const FewTokensParams& p, int64_t slots, bool persistent, cudaStream_t stream) {
     const KSplit ks = k_split(p.k);
     const int64_t items = slots * (p.n / (kGateUp ? 8 : 16));
     DI_ICHECK(items < INT32_MAX, "routed_experts_few_tokens: ", items, " items");
-    const int64_t blocks = few_tokens_persistent() ? std::min<int64_t>(items, 2 * device_sm_count()) : items;
+    const int64_t blocks = persistent ? std::min<int64_t>(items, 2 * device_sm_count()) : items;
     const int per = static_cast<int>(ceil_div(items, blocks));
     const dim3 grid(static_cast<unsigned>(ceil_div(items, per)));
     const int threads = 32 * ks.warps;
@@ -296,11 +291,12 @@ void launch_routed_experts_few_tokens(float* out, const float* x, const int32_t*
                                   static_cast<int>(d),
                                   static_cast<int>(inter),
                                   swiglu_limit};
-    launch_product<true>(gate_up, rows, stream);
+    const bool persistent = few_tokens_persistent();
+    launch_product<true>(gate_up, rows, persistent, stream);
     FewTokensParams down = gate_up;
     down.x = nullptr, down.h_in = h, down.h_out = nullptr, down.out = out;
     down.k = static_cast<int>(inter), down.n = static_cast<int>(d);
-    launch_product<false>(down, rows, stream);
+    launch_product<false>(down, rows, persistent, stream);
     DI_CUDA_CHECK(cudaFreeAsync(h, stream));
 }
 
