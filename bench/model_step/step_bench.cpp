@@ -4,6 +4,7 @@
 //   step_bench MODEL_DIR [--device cuda] [--load-format random] [--seed S] [--context 4096]
 //              [--decode-batches 1,8,32,128] [--decode-steps 10] [--prefill 1x4096,8x2048] [--repeats 3]
 //              [--bandwidth-gbs 4300] [--matmul-tflops 790] [--threads N] [--json FILE] [--hold-ms MS]
+//              [--variants NAME:VAR=V,...;NAME:...] [--rounds 1]
 // The floors count weights in their stored formats (FP8 / FP4 / BF16, scales included) and the KV state at
 // bf16 (what the reference keeps); routed experts count the expected number a batch of uniformly routed
 // tokens touches. Decode sequences are forks of one prefilled context, so every batch sees the same history.
@@ -18,17 +19,23 @@
 // graph could at best give. The plain "step ms" stays the figure to report. With DEEPINFER_CUDA_PROFILE=1 each
 // measurement is followed by its per-op device time (events around every op add host overhead, so the step times of
 // such a run are not the ones to report).
+// With --variants "NAME:VAR=V,VAR=V;NAME:..." [--rounds R] the decode and prefill measurements run once a variant and
+// round (variants in turn, R rounds: A B A B ...) on the one loaded model, each with its environment variables set
+// (those another variant names and this one does not are put back as they were): an A/B of the backend's switches
+// that are read per call, without loading the model again.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
 #include "model/deepseek_v4/model.h"
@@ -223,6 +230,45 @@ void print_profile(const std::string& table, const std::string& what, int64_t st
     for (std::string line; std::getline(lines, line);) std::printf("    %s\n", line.c_str());
 }
 
+// A named set of environment variables (--variants).
+struct Variant {
+    std::string name;
+    std::vector<std::pair<std::string, std::string>> env;
+};
+
+// "NAME:VAR=V,VAR=V;NAME:..." (a variant may set nothing: "base:").
+std::vector<Variant> parse_variants(const std::string& s) {
+    std::vector<Variant> out;
+    std::stringstream ss(s);
+    for (std::string tok; std::getline(ss, tok, ';');) {
+        if (tok.empty()) continue;
+        const size_t colon = tok.find(':');
+        DI_CHECK(colon != std::string::npos && colon > 0, "variant '", tok, "' is not NAME:VAR=V,...");
+        Variant v{tok.substr(0, colon), {}};
+        std::stringstream vars(tok.substr(colon + 1));
+        for (std::string kv; std::getline(vars, kv, ',');) {
+            const size_t eq = kv.find('=');
+            DI_CHECK(eq != std::string::npos && eq > 0, "variant ", v.name, ": '", kv, "' is not VAR=VALUE");
+            v.env.push_back({kv.substr(0, eq), kv.substr(eq + 1)});
+        }
+        out.push_back(std::move(v));
+    }
+    return out;
+}
+
+// Sets `v`'s variables and puts back, as they were at start, those the other variants name and `v` does not.
+void apply_variant(const Variant& v, const std::map<std::string, std::optional<std::string>>& original) {
+    for (const auto& [name, value] : original) {
+        const auto set = std::find_if(v.env.begin(), v.env.end(), [&](const auto& kv) { return kv.first == name; });
+        if (set != v.env.end())
+            setenv(name.c_str(), set->second.c_str(), 1);
+        else if (value)
+            setenv(name.c_str(), value->c_str(), 1);
+        else
+            unsetenv(name.c_str());
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -230,7 +276,8 @@ int main(int argc, char** argv) try {
         std::fprintf(stderr,
                      "usage: step_bench MODEL_DIR [--device cuda] [--load-format random] [--context N] "
                      "[--decode-batches a,b] [--decode-steps N] [--prefill BxL,...] [--repeats R] "
-                     "[--bandwidth-gbs X] [--matmul-tflops X] [--threads N] [--json FILE] [--hold-ms MS]\n");
+                     "[--bandwidth-gbs X] [--matmul-tflops X] [--threads N] [--json FILE] [--hold-ms MS] "
+                     "[--variants NAME:VAR=V,...;NAME:...] [--rounds R]\n");
         return 2;
     }
     std::string device = "cpu", json_path;
@@ -239,6 +286,8 @@ int main(int argc, char** argv) try {
     int repeats = 3, threads = 0;
     double bandwidth_gbs = 4300, matmul_tflops = 790;  // H200 copy bandwidth and bf16 GEMM rate measured here
     double hold_ms = 0;                                // --hold-ms: 0 runs no held steps
+    std::vector<Variant> variants;                     // --variants: none runs the environment as it is
+    int rounds = 1;
     std::vector<int64_t> batches = {1, 8, 32, 128};
     std::vector<std::pair<int64_t, int64_t>> prefills = {{1, 4096}, {8, 2048}};
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -256,6 +305,10 @@ int main(int argc, char** argv) try {
         else if (flag == "--threads") threads = std::stoi(v);
         else if (flag == "--json") json_path = v;
         else if (flag == "--hold-ms") hold_ms = std::stod(v);
+        else if (flag == "--variants")
+            variants = parse_variants(v);
+        else if (flag == "--rounds")
+            rounds = std::stoi(v);
         else DI_THROW("unknown flag ", flag);
     }
 
@@ -276,10 +329,12 @@ int main(int argc, char** argv) try {
                               {"matmul_tflops", matmul_tflops},
                               {"context", context}};
 
+    // One context, prefilled in chunks, forked into every decode sequence.
+    const int64_t room = context + (hold_ms > 0 ? 2 : 1) * (decode_steps + 2) + 8;
+    std::unique_ptr<ModelSequence> source;
+    HoldOp hold;
     if (!batches.empty()) {
-        // One context, prefilled in chunks, forked into every decode sequence.
-        const int64_t room = context + (hold_ms > 0 ? 2 : 1) * (decode_steps + 2) + 8;
-        auto source = model->new_sequence(room);
+        source = model->new_sequence(room);
         const std::vector<int32_t> prompt = random_tokens(context, vocab, rng);
         t0 = seconds();
         for (int64_t p = 0; p < context; p += 2048) {
@@ -288,13 +343,18 @@ int main(int argc, char** argv) try {
             model->forward(std::span<const SequenceInput>(&in, 1));
         }
         std::printf("context of %lld tokens prefilled in %.2f s\n", static_cast<long long>(context), seconds() - t0);
+        if (hold_ms > 0) {
+            hold = make_hold(*backend, v4->weights().head, hold_ms);
+            std::printf("hold: the head over %lld rows, %.3f ms\n", static_cast<long long>(hold.rows), hold.ms);
+        }
+    }
+
+    // The decode batches' and the prefill shapes' measurements, their JSON records tagged with `variant` if any.
+    const auto measure_decode = [&](const std::string& variant) {
         // host ms: the time to issue a step (the forward's host work and launches), of which the GPU waits for
         // whatever exceeds its own time.
         std::printf("%-8s %12s %12s %12s %10s %10s %14s %10s  %s\n", "batch", "step ms", "floor ms", "floor GB",
                     "x floor", "host ms", "routed floor", "x routed", "experts touched by layer");
-        const HoldOp hold = hold_ms > 0 ? make_hold(*backend, v4->weights().head, hold_ms) : HoldOp{};
-        if (hold_ms > 0)
-            std::printf("hold: the head over %lld rows, %.3f ms\n", static_cast<long long>(hold.rows), hold.ms);
         for (int64_t batch : batches) {
             std::vector<std::unique_ptr<ModelSequence>> seqs;
             for (int64_t b = 0; b < batch; ++b) seqs.push_back(model->fork_sequence(*source, room));
@@ -353,11 +413,12 @@ int main(int argc, char** argv) try {
                                          {"experts_touched", touched},
                                          {"steps", times.size()}});
             if (hold_ms > 0) results["decode"].back()["device_ms"] = median(device_times) * 1e3;
+            if (!variant.empty()) results["decode"].back()["variant"] = variant;
             print_profile(profile, "decode batch " + std::to_string(batch), decode_steps);
         }
-    }
+    };
 
-    if (!prefills.empty()) {
+    const auto measure_prefill = [&](const std::string& variant) {
         std::printf("%-10s %12s %14s %12s %12s %10s\n", "prefill", "ms", "tokens/s", "floor ms", "TFLOP", "x floor");
         for (const auto& [batch, len] : prefills) {
             backend->take_profile();
@@ -390,10 +451,30 @@ int main(int argc, char** argv) try {
                                           {"tokens_per_s", tps},
                                           {"floor_ms", floor_ms},
                                           {"flops", flops}});
+            if (!variant.empty()) results["prefill"].back()["variant"] = variant;
             print_profile(backend->take_profile(), "prefill " + std::to_string(batch) + "x" + std::to_string(len),
                           repeats);
         }
-    }
+    };
+
+    std::map<std::string, std::optional<std::string>> original;  // every variable a variant names, as it was
+    for (const Variant& v : variants)
+        for (const auto& kv : v.env) {
+            const char* now = std::getenv(kv.first.c_str());
+            original.emplace(kv.first, now ? std::optional<std::string>(now) : std::nullopt);
+        }
+    const std::vector<Variant> runs = variants.empty() ? std::vector<Variant>{Variant{}} : variants;
+    for (int round = 0; round < rounds; ++round)
+        for (const Variant& v : runs) {
+            if (!v.name.empty()) {
+                apply_variant(v, original);
+                std::printf("variant %s (round %d):", v.name.c_str(), round + 1);
+                for (const auto& [name, value] : v.env) std::printf(" %s=%s", name.c_str(), value.c_str());
+                std::printf("\n");
+            }
+            if (!batches.empty()) measure_decode(v.name);
+            if (!prefills.empty()) measure_prefill(v.name);
+        }
     if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
     return 0;
 } catch (const std::exception& e) {

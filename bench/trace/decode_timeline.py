@@ -85,8 +85,10 @@ def main():
         summaries.append((span, exposed, calls, n))
     if not summaries:
         return
-    most = max(x[3] for x in summaries)  # decode steps (the prefill's chunks launch fewer kernels)
-    decode = sorted((x for x in summaries if x[3] >= 0.8 * most), key=lambda x: x[0])
+    # Decode steps: those of the commonest kernel count (the context's prefill chunks, and the occasional step that
+    # also forks sequences or records the routing, launch other numbers).
+    common = collections.Counter(x[3] for x in summaries).most_common(1)[0][0]
+    decode = sorted((x for x in summaries if x[3] == common), key=lambda x: x[0])
     span, exposed, calls, n = decode[len(decode) // 2]
     print(f"\nmedian step {span / 1e3:.1f} us, {n} kernels; time added to the step by kernel:")
     print(f"{'us':>8} {'calls':>6} {'us/call':>8}  kernel")

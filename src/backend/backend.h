@@ -279,6 +279,9 @@ public:
     virtual void gather_rows(TensorView dst, TensorView rows) = 0;
     // row rows[i] = src [R, C] row i.
     virtual void scatter_rows(TensorView rows, TensorView src) = 0;
+    // Address to address, rows of any widths in one op: row dst_rows[i] (cols[i] floats) = row src_rows[i]
+    // (dst_rows, src_rows: [R] I64 addresses; cols: [R] I32). No destination row may overlap a source row.
+    virtual void copy_rows(TensorView dst_rows, TensorView src_rows, TensorView cols) = 0;
     // x += y (same shape).
     virtual void add(TensorView x, TensorView y) = 0;
     // x *= s.

@@ -1,6 +1,6 @@
 // Row movement on the GPU against the CPU backend, bitwise (copies have no rounding): gather_rows and scatter_rows
-// over rows of every alignment and width (the float4 path and the scalar one), fill_index_ranges and
-// fill_row_addresses; the asynchronous download (download_async, wait_downloads).
+// over rows of every alignment and width (the float4 path and the scalar one), copy_rows (address pairs of mixed
+// widths), fill_index_ranges and fill_row_addresses; the asynchronous download (download_async, wait_downloads).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -80,6 +80,43 @@ TEST(CudaMovement, GatherAndScatterMatchTheCpu) {
             for (int64_t j = 0; j < c; ++j)
                 ASSERT_EQ(out[(n - 1 - i) * (c + 1) + (i % 2) + j], got[i * c + j]) << "c " << c << " row " << i;
     }
+}
+
+// copy_rows: address pairs of mixed widths in one call (the ring and window rows of a layer: 512, 1024, 256 floats,
+// and odd widths on the scalar path), sources and destinations misaligned for float4 on some rows, more rows than a
+// grid row of blocks covers twice over; every float outside the destinations left as it was, a zero-width row a no-op.
+TEST(CudaMovement, CopyRowsOfMixedWidths) {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    auto gpu = create_backend("cuda", 2);
+    std::mt19937 rng(23);
+    const std::vector<int32_t> widths = {512, 1024, 256, 13, 0, 3, 4096};
+    const int64_t r = 5003, slot = 4100;  // each row's source and destination slots of `slot` floats
+    std::vector<float> src(static_cast<size_t>(r * slot)), dst_init(static_cast<size_t>(r * slot));
+    for (float& v : src) v = static_cast<float>(rng() % 100000);
+    for (float& v : dst_init) v = -1.0f - static_cast<float>(rng() % 7);
+    Tensor src_d = gpu->alloc(DType::kF32, Shape{r * slot}), dst_d = gpu->alloc(DType::kF32, Shape{r * slot});
+    gpu->upload(src_d, src.data());
+    gpu->upload(dst_d, dst_init.data());
+    std::vector<float*> from(static_cast<size_t>(r)), to(static_cast<size_t>(r));
+    std::vector<int32_t> cols(static_cast<size_t>(r));
+    std::vector<int64_t> from_at(static_cast<size_t>(r)), to_at(static_cast<size_t>(r));
+    for (int64_t i = 0; i < r; ++i) {
+        cols[i] = widths[i % widths.size()];
+        from_at[i] = i * slot + (i % 5 == 1 ? 1 : 0);
+        to_at[i] = (r - 1 - i) * slot + (i % 3 == 2 ? 2 : 0);  // destinations in the other order
+        from[i] = src_d.f32() + from_at[i];
+        to[i] = dst_d.f32() + to_at[i];
+    }
+    Tensor from_d = gpu->alloc(DType::kI64, Shape{r}), to_d = gpu->alloc(DType::kI64, Shape{r});
+    Tensor cols_d = gpu->alloc(DType::kI32, Shape{r});
+    gpu->upload(from_d, from.data());
+    gpu->upload(to_d, to.data());
+    gpu->upload(cols_d, cols.data());
+    gpu->copy_rows(to_d, from_d, cols_d);
+    std::vector<float> want = dst_init;
+    for (int64_t i = 0; i < r; ++i) std::copy_n(src.begin() + from_at[i], cols[i], want.begin() + to_at[i]);
+    const std::vector<float> got = fetch(*gpu, dst_d);
+    for (int64_t i = 0; i < r * slot; ++i) ASSERT_EQ(got[i], want[i]) << "float " << i;
 }
 
 TEST(CudaMovement, FillIndexRangesMatchesTheCpu) {

@@ -20,9 +20,9 @@
 // plan takes (the default sequence, bitwise), and the profile naming the path taken; the decode kernels' variants
 // (DEEPINFER_CUDA_EXPERTS_DECODE_WGS x _BATCH, and B by cp.async instead of bulk tensor copies:
 // DEEPINFER_CUDA_EXPERTS_TMA=0) bitwise equal, FP4 scales on the decoder's slow path included. The
-// other tests run the defaults (4 consumer warpgroups, batch 4). With DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1 calls of up to
-// kRoutedFewTokensMax tokens take experts_few_tokens.cu's kernels where they apply (the same two bounds;
-// FewTokensMatchCpuAndLinear, and 1 and 4 tokens at the model width). Without a compute
+// other tests run the defaults (4 consumer warpgroups, batch 4). Calls of up to kRoutedFewTokensAuto tokens (by
+// default; kRoutedFewTokensMax with DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1) take experts_few_tokens.cu's kernels where they
+// apply (the same two bounds; FewTokensMatchCpuAndLinear, and 1 and 4 tokens at the model width). Without a compute
 // capability 9.0 GPU the backend takes the default sequence and the wgmma-only checks are skipped.
 #include <gtest/gtest.h>
 
@@ -104,12 +104,14 @@ protected:
         return f.d1.size() <= static_cast<size_t>(cuda::kRoutedWgmmaMaxExperts) &&
                cuda::grouped_experts_wgmma_applies(f.d1, f.d3, f.d2);
     }
-    // Whether routed_experts of `tokens` tokens takes experts_few_tokens.cu's kernels
-    // (DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1 and x 16-byte aligned unless misaligned).
+    // Whether routed_experts of `tokens` tokens takes experts_few_tokens.cu's kernels (up to kRoutedFewTokensAuto
+    // tokens by default, kRoutedFewTokensMax with DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1, none with 0; x 16-byte aligned
+    // unless misaligned).
     bool few_tokens(const Ffns& f, int64_t tokens, bool misaligned = false) const {
-        const char* on = std::getenv("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS");
-        return on && std::string(on) == "1" && wgmma(f) && tokens <= cuda::kRoutedFewTokensMax && !misaligned &&
-               cuda::routed_experts_few_tokens_applies(f.d(), f.inter());
+        const char* v = std::getenv("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS");
+        const std::string mode = v && *v ? v : "auto";
+        const int64_t most = mode == "0" ? 0 : mode == "1" ? cuda::kRoutedFewTokensMax : cuda::kRoutedFewTokensAuto;
+        return wgmma(f) && tokens <= most && !misaligned && cuda::routed_experts_few_tokens_applies(f.d(), f.inter());
     }
     Tensor i32_device(const std::vector<int32_t>& v) {
         Tensor t = gpu_->alloc(DType::kI32, Shape{static_cast<int64_t>(v.size())});
@@ -488,24 +490,39 @@ TEST_F(CudaRoutedExperts, SwitchAndFallback) {
     EXPECT_LE(rel_error(got, base), kSameNumericsBound);
     EXPECT_EQ(fused_profile.find("routed_experts wgmma") != std::string::npos, wgmma(f)) << fused_profile;
 
-    // One token: the fused backend takes expert_linear by default (bitwise the default sequence), the few-token
-    // kernels where they apply (D 512 and I 256 do) with DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1; a bad value is refused.
+    // Few tokens: the fused backend takes the few-token kernels where they apply (D 512 and I 256 do) for up to
+    // kRoutedFewTokensAuto tokens by default (or with DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=auto), up to kRoutedFewTokensMax
+    // with 1; with 0, expert_linear at one token (bitwise the default sequence) and the wgmma kernels from
+    // kRoutedWgmmaMinTokens. A bad value is refused.
+    for (const char* mode : {"", "auto", "0", "1"}) {
+        const testing_support::ScopedEnv set("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", mode);
+        for (int64_t tokens = 1; tokens <= cuda::kRoutedFewTokensMax; ++tokens) {
+            const std::vector<int32_t> few_ids = routed_ids(tokens, 16, 6);
+            const std::vector<float> xt = randn(tokens * f.d());
+            const Tensor few_d = i32_device(few_ids);
+            const std::vector<float> few_base = run(*gpu_, f, xt, few_d, 6, 10.0f, true);
+            const std::string what =
+                std::string("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS='") + mode + "', " + std::to_string(tokens) + " tokens";
+            fused->take_profile();
+            const std::vector<float> got_few = run(*fused, f, xt, few_d, 6, 10.0f);
+            const std::string profile = fused->take_profile();
+            const bool few = few_tokens(f, tokens);
+            EXPECT_EQ(few, wgmma(f) && tokens <= (std::string(mode) == "0"   ? 0
+                                                  : std::string(mode) == "1" ? cuda::kRoutedFewTokensMax
+                                                                             : cuda::kRoutedFewTokensAuto))
+                << what;
+            EXPECT_EQ(profile.find("routed_experts few tokens") != std::string::npos, few) << what << "\n" << profile;
+            if (few || tokens >= cuda::kRoutedWgmmaMinTokens) {
+                EXPECT_LE(rel_error(got_few, few_base), kSameNumericsBound) << what;
+            } else {
+                EXPECT_EQ(rows_differing(got_few, few_base, f.d()), 0) << what << ": expert_linear";
+                EXPECT_EQ(profile.find("routed_experts wgmma"), std::string::npos) << what << "\n" << profile;
+            }
+        }
+    }
     const std::vector<int32_t> one = routed_ids(1, 16, 6);
     const std::vector<float> x1 = randn(f.d());
     const Tensor one_d = i32_device(one);
-    const std::vector<float> one_base = run(*gpu_, f, x1, one_d, 6, 10.0f, true);
-    fused->take_profile();
-    EXPECT_EQ(rows_differing(run(*fused, f, x1, one_d, 6, 10.0f), one_base, f.d()), 0) << "one token";
-    std::string one_profile = fused->take_profile();
-    EXPECT_EQ(one_profile.find("routed_experts few tokens"), std::string::npos) << one_profile;
-    EXPECT_EQ(one_profile.find("routed_experts wgmma"), std::string::npos) << one_profile;
-    {
-        const testing_support::ScopedEnv on("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "1");
-        EXPECT_LE(rel_error(run(*fused, f, x1, one_d, 6, 10.0f), one_base), kSameNumericsBound)
-            << "one token, DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1";
-        one_profile = fused->take_profile();
-        EXPECT_EQ(one_profile.find("routed_experts few tokens") != std::string::npos, wgmma(f)) << one_profile;
-    }
     {
         const testing_support::ScopedEnv bad("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "yes");
         EXPECT_THROW(run(*fused, f, x1, one_d, 6, 10.0f), Error) << "DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=yes";

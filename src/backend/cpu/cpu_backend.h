@@ -44,6 +44,7 @@ public:
     void fake_quantize(TensorView x, QuantSim kind, int block) override;
     void gather_rows(TensorView dst, TensorView rows) override;
     void scatter_rows(TensorView rows, TensorView src) override;
+    void copy_rows(TensorView dst_rows, TensorView src_rows, TensorView cols) override;
     void add(TensorView x, TensorView y) override;
     void scale(TensorView x, float s) override;
     void copy(TensorView dst, TensorView src) override;

@@ -117,6 +117,19 @@ void CpuBackend::scatter_rows(TensorView rows, TensorView src) {
     for (int64_t i = 0; i < r; ++i) std::memcpy(dst[i], in + i * c, c * 4);
 }
 
+void CpuBackend::copy_rows(TensorView dst_rows, TensorView src_rows, TensorView cols) {
+    const int64_t r = dst_rows.numel();
+    DI_ICHECK(src_rows.numel() == r && cols.numel() == r && cols.dtype() == DType::kI32, "copy_rows: ", r,
+              " destinations, ", src_rows.numel(), " sources, ", cols.numel(), " widths");
+    const auto* dst = dst_rows.as<float* const>();
+    const auto* src = src_rows.as<const float* const>();
+    const int32_t* c = cols.as<const int32_t>();
+    for (int64_t i = 0; i < r; ++i) {
+        DI_ICHECK(c[i] >= 0, "copy_rows: row ", i, " of ", c[i], " floats");
+        std::memcpy(dst[i], src[i], static_cast<size_t>(c[i]) * 4);
+    }
+}
+
 void CpuBackend::add(TensorView x, TensorView y) {
     DI_ICHECK(x.numel() == y.numel(), "add shapes");
     float* a = x.f32();

@@ -847,6 +847,14 @@ public:
         const int64_t r = rows.numel();
         cuda::launch_scatter_rows(rows.as<float* const>(), src.f32(), r, r ? src.numel() / r : 0, stream_);
     }
+    void copy_rows(TensorView dst_rows, TensorView src_rows, TensorView cols) override {
+        const int64_t r = dst_rows.numel();
+        DI_ICHECK(src_rows.numel() == r && cols.numel() == r && cols.dtype() == DType::kI32, "copy_rows: ", r,
+                  " destinations, ", src_rows.numel(), " sources, ", cols.numel(), " widths");
+        const auto op = profiler_->scope("copy_rows");
+        cuda::launch_copy_row_pairs(dst_rows.as<float* const>(), src_rows.as<const float* const>(),
+                                    cols.as<const int32_t>(), r, stream_);
+    }
     void add(TensorView x, TensorView y) override {
         const auto op = profiler_->scope("add");
         cuda::launch_add(x.f32(), y.f32(), x.numel(), stream_);
@@ -903,9 +911,8 @@ public:
     // "Decode") wherever they take the experts, from kRoutedWgmmaMinTokens tokens (moe_forward sends up to
     // kMoeDeviceSlots slots): one expert's weights are read once for all its slots, by an 8-stage asynchronous ring,
     // where expert_linear reads them once per product at 30-45% of the HBM's rate (measured figures at
-    // kRoutedWgmmaMinTokens). With DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1, up to kRoutedFewTokensMax tokens (without FP8
-    // activations) each slot runs as its own item on experts_few_tokens.cu's mma.sync kernels instead, with the same
-    // table (few_token_experts()).
+    // kRoutedWgmmaMinTokens). Up to few_token_experts() tokens (without FP8 activations) each slot runs as its own item
+    // on experts_few_tokens.cu's mma.sync kernels instead, with the same table.
     // DEEPINFER_CUDA_DECODE_EXPERTS=linear keeps the default sequence. With FP8 activations (act_block 128) the kernels
     // read a quantized copy of x and quantize h between their two products.
     void routed_experts(TensorView out, TensorView x, TensorView expert_of_row, const std::vector<LinearWeight>& w1,
@@ -915,7 +922,7 @@ public:
         const ExpertTable &t1 = expert_table(w1), &t3 = expert_table(w3), &t2 = expert_table(w2);
         const int64_t tokens = rows_per_input > 0 ? expert_of_row.numel() / rows_per_input : 0;
         const bool enough = tokens >= cuda::kRoutedWgmmaMinTokens;
-        const bool few = tokens <= cuda::kRoutedFewTokensMax && act_block == 0 && few_token_experts() && !w1.empty() &&
+        const bool few = tokens <= few_token_experts() && act_block == 0 && !w1.empty() &&
                          cuda::routed_experts_few_tokens_applies(w1[0].cols, w1[0].rows) &&
                          reinterpret_cast<uintptr_t>(x.data()) % 16 == 0;
         const void* table =
@@ -1070,17 +1077,19 @@ private:
         return t;
     }
 
-    // DEEPINFER_CUDA_FEW_TOKEN_EXPERTS (read per call): 1 takes experts_few_tokens.cu's kernels for routed_experts of
-    // up to cuda::kRoutedFewTokensMax tokens where they apply; 0 (the default) keeps expert_linear x 3 + swiglu at one
-    // token and the wgmma kernels from kRoutedWgmmaMinTokens. Off by default: the op is 10-30% faster alone
-    // (gemv_bench) but the 8-layer decode step was slower with it (H200: batch 1 1.86-1.91 against 1.74-1.75 ms, batch
-    // 4 2.90-2.92 against 2.67-2.68, with ~0.4 ms more host time a step;
-    // bench/results/decode_few_token_experts_2026-12-03.txt).
-    static bool few_token_experts() {
+    // DEEPINFER_CUDA_FEW_TOKEN_EXPERTS (read per call): the most tokens for which routed_experts takes
+    // experts_few_tokens.cu's kernels where they apply. Unset or "auto": cuda::kRoutedFewTokensAuto (2); "1":
+    // cuda::kRoutedFewTokensMax (4); "0": none (expert_linear x 3 + swiglu at one token, the wgmma kernels from
+    // kRoutedWgmmaMinTokens). H200, 8-layer decode step, one process alternating the settings (step_bench --variants;
+    // bench/results/decode_few_token_experts_2026-12-03.txt): batch 1 1.686 / 1.684 ms against 1.737 / 1.734 off,
+    // batch 2 2.225 / 2.276 against 2.319 / 2.329, but batch 4 2.821 / 2.837 against 2.678 / 2.671 (the shared expert
+    // on the side queue waits for their blocks, which fill every SM).
+    static int64_t few_token_experts() {
         const char* v = std::getenv("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS");
-        const std::string mode = v && *v ? v : "0";
-        DI_CHECK(mode == "0" || mode == "1", "DEEPINFER_CUDA_FEW_TOKEN_EXPERTS must be 0 or 1, not '", mode, "'");
-        return mode == "1";
+        const std::string mode = v && *v ? v : "auto";
+        DI_CHECK(mode == "0" || mode == "1" || mode == "auto",
+                 "DEEPINFER_CUDA_FEW_TOKEN_EXPERTS must be 0, 1 or auto, not '", mode, "'");
+        return mode == "0" ? 0 : mode == "1" ? cuda::kRoutedFewTokensMax : cuda::kRoutedFewTokensAuto;
     }
     // Prefill's routed experts on the fused wgmma kernels (experts_wgmma.cu: FP4 decoded into the tensor cores'
     // operands, about twice the rate of dequantizing each expert for cuBLAS) in the auto and tc modes, where they

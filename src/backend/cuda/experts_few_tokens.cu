@@ -10,9 +10,10 @@
 // instructions a weight, the E8M0 scale folded into the pair multiply) and one m16n8k16 mma takes 16 weights of each
 // of its two rows. H200, D 4096, I 2048, top-6 of 256 experts (gemv_bench --experts-only): the routed FFN at 1 / 2 / 4
 // / 8 tokens 37.7 / 65.0 / 118.6 / 226.0 us against 46.8 (fp32 expert_linear) / 93.4 / 131.2 / 236.4 (wgmma); at 8
-// tokens the two are within a few percent, and score routing shares more experts there, so the backend would take
-// these kernels up to kRoutedFewTokensMax (4) tokens. It does only with DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1: in the
-// 8-layer decode step they made batches 1 and 4 slower, not faster (see CudaBackend::few_token_experts).
+// tokens the two are within a few percent. In the 8-layer decode step they gain less than alone (their blocks fill
+// every SM, so the shared expert on the side queue waits for them where it ran beside the wgmma kernels' one CTA an
+// SM) and lose at 4 tokens, so the backend takes them up to kRoutedFewTokensAuto (2) tokens by default and up to
+// kRoutedFewTokensMax (4) with DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1 (see CudaBackend::few_token_experts).
 //
 // Layout of an mma: A = 16 weight rows x 16 k (gate/up: rows 0-7 the W1 rows of 8 features, rows 8-15 their W3 rows,
 // so that a lane's two accumulator rows are one feature's gate and up; down: 16 W2 rows), B = the slot's activations
@@ -239,12 +240,21 @@ bool few_tokens_persistent() {
     return mode == "1";
 }
 
+// DEEPINFER_CUDA_FEW_TOKENS_GRID (read per call): the number of persistent blocks; 0 or unset, two an SM. Fewer leave
+// SMs to the kernels of the side queue (the shared expert) running beside them.
+int64_t few_tokens_grid() {
+    const char* v = std::getenv("DEEPINFER_CUDA_FEW_TOKENS_GRID");
+    const int64_t n = v && *v ? std::atoll(v) : 0;
+    DI_CHECK(n >= 0 && n <= 65535, "DEEPINFER_CUDA_FEW_TOKENS_GRID must be 0-65535, not '", v ? v : "", "'");
+    return n > 0 ? n : 2 * device_sm_count();
+}
+
 template <bool kGateUp>
-void launch_product(const FewTokensParams& p, int64_t slots, bool persistent, cudaStream_t stream) {
+void launch_product(const FewTokensParams& p, int64_t slots, bool persistent, int64_t grid_cap, cudaStream_t stream) {
     const KSplit ks = k_split(p.k);
     const int64_t items = slots * (p.n / (kGateUp ? 8 : 16));
     DI_ICHECK(items < INT32_MAX, "routed_experts_few_tokens: ", items, " items");
-    const int64_t blocks = persistent ? std::min<int64_t>(items, 2 * device_sm_count()) : items;
+    const int64_t blocks = persistent ? std::min<int64_t>(items, grid_cap) : items;
     const int per = static_cast<int>(ceil_div(items, blocks));
     const dim3 grid(static_cast<unsigned>(ceil_div(items, per)));
     const int threads = 32 * ks.warps;
@@ -292,11 +302,12 @@ void launch_routed_experts_few_tokens(float* out, const float* x, const int32_t*
                                   static_cast<int>(inter),
                                   swiglu_limit};
     const bool persistent = few_tokens_persistent();
-    launch_product<true>(gate_up, rows, persistent, stream);
+    const int64_t grid_cap = persistent ? few_tokens_grid() : 0;
+    launch_product<true>(gate_up, rows, persistent, grid_cap, stream);
     FewTokensParams down = gate_up;
     down.x = nullptr, down.h_in = h, down.h_out = nullptr, down.out = out;
     down.k = static_cast<int>(inter), down.n = static_cast<int>(d);
-    launch_product<false>(down, rows, persistent, stream);
+    launch_product<false>(down, rows, persistent, grid_cap, stream);
     DI_CUDA_CHECK(cudaFreeAsync(h, stream));
 }
 

@@ -84,12 +84,13 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
                                  int64_t inter, float swiglu_limit, CUstream_st* stream, bool quantize_h = false);
 
 // The routed experts of a few tokens (experts_few_tokens.cu): launch_routed_experts_wgmma's contract (the same device
-// table and outputs, bad ids NaN rows), each slot its own work item on mma.sync; with
-// DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1 (off by default: CudaBackend::few_token_experts) the backend takes them for calls
-// of up to kRoutedFewTokensMax tokens, where the wgmma kernels' tiles leave much of the GPU idle. Applies where D and I
+// table and outputs, bad ids NaN rows), each slot its own work item on mma.sync; the backend takes them for calls of
+// up to kRoutedFewTokensAuto tokens by default and up to kRoutedFewTokensMax with DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1
+// (CudaBackend::few_token_experts), where the wgmma kernels' tiles leave much of the GPU idle. Applies where D and I
 // are multiples of 128 up to 1024, or 2048 or 4096, and D a multiple of 16 (routed_experts_few_tokens_applies); x
 // 16-byte aligned.
 constexpr int64_t kRoutedFewTokensMax = 4;
+constexpr int64_t kRoutedFewTokensAuto = 2;
 bool routed_experts_few_tokens_applies(int64_t d, int64_t inter);
 void launch_routed_experts_few_tokens(float* out, const float* x, const int32_t* expert_of_row, int64_t rows,
                                       int rows_per_input, const void* device_table, int num_experts, int64_t d,

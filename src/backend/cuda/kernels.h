@@ -262,6 +262,9 @@ void launch_indexer_scores_tc(float* scores, const float* q, const float* keys, 
 
 void launch_gather_rows(float* dst, const float* const* rows, int64_t r, int64_t c, cudaStream_t stream);
 void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_t c, cudaStream_t stream);
+// Backend::copy_rows: dst[i] (cols[i] floats) = src[i] for r rows, one launch.
+void launch_copy_row_pairs(float* const* dst, const float* const* src, const int32_t* cols, int64_t r,
+                           cudaStream_t stream);
 // Backend::fill_index_ranges: dst [n] I32, runs [r, 5] I32; entries a run puts outside dst are not written.
 void launch_fill_index_ranges(int32_t* dst, int64_t n, const int32_t* runs, int64_t r, cudaStream_t stream);
 // Backend::fill_row_addresses: dst [n] I64, runs [r, 4] I64; likewise.

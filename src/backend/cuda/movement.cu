@@ -54,6 +54,28 @@ void launch_copy_rows(float* const* rows, float* packed, int64_t r, int64_t c, c
     DI_CUDA_LAUNCH_CHECK();
 }
 
+// Backend::copy_rows: kPairThreads threads a row (a ring row of 256-1024 floats is 1-4 KB), float4 copies where the
+// row's width and both ends allow.
+constexpr int kPairThreads = 64;
+__global__ void __launch_bounds__(kCopyThreads)
+    copy_row_pairs_kernel(float* const* __restrict__ dst, const float* const* __restrict__ src,
+                          const int32_t* __restrict__ cols, int64_t r) {
+    pdl_prologue();  // see pdl.cuh
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * (kCopyThreads / kPairThreads) + threadIdx.x / kPairThreads;
+    if (i >= r) return;
+    const int lane = static_cast<int>(threadIdx.x) % kPairThreads;
+    float* to = dst[i];
+    const float* from = src[i];
+    const int64_t c = cols[i];
+    if (c % 4 == 0 && (reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(to)) % 16 == 0) {
+        const float4* f4 = reinterpret_cast<const float4*>(from);
+        float4* t4 = reinterpret_cast<float4*>(to);
+        for (int64_t j = lane; j < c / 4; j += kPairThreads) t4[j] = f4[j];
+    } else {
+        for (int64_t j = lane; j < c; j += kPairThreads) to[j] = from[j];
+    }
+}
+
 // One block per row of runs [R, 5] = (at, a, na, b, nb).
 // Entries a run would write outside dst [0, n) are skipped (the CPU backend reports such runs as errors; on the device
 // the runs are not read by the host, so an out-of-range one must at least not write over other memory).
@@ -134,6 +156,15 @@ void launch_gather_rows(float* dst, const float* const* rows, int64_t r, int64_t
 
 void launch_scatter_rows(float* const* rows, const float* src, int64_t r, int64_t c, cudaStream_t stream) {
     launch_copy_rows<false>(rows, const_cast<float*>(src), r, c, stream);
+}
+
+void launch_copy_row_pairs(float* const* dst, const float* const* src, const int32_t* cols, int64_t r,
+                           cudaStream_t stream) {
+    if (r == 0) return;
+    constexpr int per_block = kCopyThreads / kPairThreads;
+    launch_pdl(copy_row_pairs_kernel, row_grid((r + per_block - 1) / per_block), kCopyThreads, 0, stream, dst, src,
+               cols, r);
+    DI_CUDA_LAUNCH_CHECK();
 }
 
 void launch_fill_index_ranges(int32_t* dst, int64_t n, const int32_t* runs, int64_t r, cudaStream_t stream) {

@@ -222,13 +222,18 @@ Tensor DeepseekV4Model::forward_states(std::span<const StateInput> batch, bool o
     return be.is_host() || on_backend ? std::move(logits) : to_host(be, logits);
 }
 
-// Rows of a [T, width] step tensor copied to addresses (ring rows): from one contiguous range of rows when the
-// batch has one sequence, else through their addresses.
-struct DeepseekV4Model::KeptRows {
-    int64_t count = 0;
-    int64_t first = -1;       // contiguous: rows [first, first + count); else -1
-    StepArrays::Handle src;   // [count] source row addresses (when not contiguous)
-    StepArrays::Handle dst;   // [count] destination row addresses
+// Rows of the step's tensors that the sequences keep (the window's K=V rows, the compressors' ring rows): each
+// copied from its address in a step tensor to its ring row, all of a layer's in one Backend::copy_rows after the
+// attention (nothing in the step reads the rings after their pooling, and the window's ring rows of earlier positions
+// are read by the attention itself).
+struct DeepseekV4Model::RowCopies {
+    std::vector<float*> src, dst;
+    std::vector<int32_t> cols;
+    void add(const float* from, float* to, int64_t width) {
+        src.push_back(const_cast<float*>(from));
+        dst.push_back(to);
+        cols.push_back(static_cast<int32_t>(width));
+    }
 };
 
 // The compressor's work for one step, over every sequence of the batch: the entries whose windows close
@@ -237,38 +242,12 @@ struct DeepseekV4Model::CompressPlan {
     int64_t count = 0, slots = 0;  // new entries (all sequences), pooling slots per entry
     StepArrays::Handle kv_src, gate_src, ape_src;  // [count * slots] row addresses
     StepArrays::Handle entry_pos, entry_dst;       // [count] entry positions (for RoPE), entry row addresses
-    KeptRows ring_kv, ring_gate;                   // this step's projections that go into the rings
 };
 
-DeepseekV4Model::KeptRows DeepseekV4Model::plan_kept_rows(const std::vector<float*>& src, const std::vector<float*>& dst,
-                                                          const float* base, int64_t width, StepArrays& arrays) {
-    KeptRows k;
-    k.count = static_cast<int64_t>(src.size());
-    if (k.count == 0) return k;
-    const int64_t first = (src[0] - base) / width;
-    bool contiguous = true;
-    for (int64_t i = 0; i < k.count && contiguous; ++i) contiguous = src[i] == base + (first + i) * width;
-    if (contiguous) k.first = first;
-    else k.src = arrays.stage_rows(src);
-    k.dst = arrays.stage_rows(dst);
-    return k;
-}
-
-void DeepseekV4Model::copy_kept_rows(const KeptRows& k, TensorView src, StepArrays& arrays) {
-    if (k.count == 0) return;
-    if (k.first >= 0) {
-        backend_.scatter_rows(arrays.view(k.dst), src.slice_rows(k.first, k.first + k.count));
-        return;
-    }
-    Tensor rows = backend_.alloc(DType::kF32, Shape{k.count, src.dim(1)});
-    backend_.gather_rows(rows, arrays.view(k.src));
-    backend_.scatter_rows(arrays.view(k.dst), rows);
-}
-
-// Host side: the slot rows of the entries that close in this step and the ring rows to keep, for every
-// sequence. kv, gate: [T, width] projections of all rows.
+// Host side: the slot rows of the entries that close in this step, for every sequence, and the ring rows to keep
+// (added to `keep`). kv, gate: [T, width] projections of all rows.
 DeepseekV4Model::CompressPlan DeepseekV4Model::plan_compress(int layer, const Rows& rows, bool indexer, TensorView kv,
-                                                             TensorView gate, StepArrays& arrays) {
+                                                             TensorView gate, StepArrays& arrays, RowCopies& keep) {
     const DeepseekV4Config& c = config_;
     const LayerWeights& L = weights_.layers[layer];
     const CompressorWeights& w = indexer ? L.indexer.compressor : L.compressor;
@@ -278,7 +257,7 @@ DeepseekV4Model::CompressPlan DeepseekV4Model::plan_compress(int layer, const Ro
     const int64_t width = overlap ? 2 * cdim : cdim;
     CompressPlan plan;
     plan.slots = overlap ? 2 * m : m;
-    std::vector<float*> kv_src, gate_src, ape_src, entry_dst, kv_keep, gate_keep, kv_ring, gate_ring;
+    std::vector<float*> kv_src, gate_src, ape_src, entry_dst;
     std::vector<int32_t> entry_pos;
     for (const Rows::Seq& s : rows.seqs) {
         if (s.n == 0) continue;
@@ -315,10 +294,8 @@ DeepseekV4Model::CompressPlan DeepseekV4Model::plan_compress(int layer, const Ro
         }
         // Keep the last `ring` positions' projections for later steps.
         for (int64_t pos = std::max(p0, end - ring); pos < end; ++pos) {
-            kv_keep.push_back(kv_at(pos));
-            gate_keep.push_back(gate_at(pos));
-            kv_ring.push_back(ring_rows + (pos % ring) * 2 * width);
-            gate_ring.push_back(ring_rows + (pos % ring) * 2 * width + width);
+            keep.add(kv_at(pos), ring_rows + (pos % ring) * 2 * width, width);
+            keep.add(gate_at(pos), ring_rows + (pos % ring) * 2 * width + width, width);
         }
     }
     plan.count = static_cast<int64_t>(entry_pos.size());
@@ -329,15 +306,12 @@ DeepseekV4Model::CompressPlan DeepseekV4Model::plan_compress(int layer, const Ro
         plan.entry_pos = arrays.stage_i32(entry_pos);
         plan.entry_dst = arrays.stage_rows(entry_dst);
     }
-    plan.ring_kv = plan_kept_rows(kv_keep, kv_ring, kv.f32(), width, arrays);
-    plan.ring_gate = plan_kept_rows(gate_keep, gate_ring, gate.f32(), width, arrays);
     return plan;
 }
 
-// Device side: pools, normalises and rotates the new entries into their rows, then stores the kept
-// projections in the rings (after the pooling, which may read ring rows that this step overwrites).
-void DeepseekV4Model::run_compress(int layer, const CompressPlan& plan, bool indexer, TensorView kv, TensorView gate,
-                                   StepArrays& arrays) {
+// Device side: pools, normalises and rotates the new entries into their rows (the kept projections go into the rings
+// later, with the layer's RowCopies: the pooling may read ring rows that this step overwrites).
+void DeepseekV4Model::run_compress(int layer, const CompressPlan& plan, bool indexer, StepArrays& arrays) {
     const DeepseekV4Config& c = config_;
     Backend& be = backend_;
     const LayerWeights& L = weights_.layers[layer];
@@ -358,8 +332,6 @@ void DeepseekV4Model::run_compress(int layer, const CompressPlan& plan, bool ind
                 static_cast<float>(c.compress_rope.attention_factor), false);
         be.scatter_rows(arrays.view(plan.entry_dst), pooled);
     }
-    copy_kept_rows(plan.ring_kv, kv, arrays);
-    copy_kept_rows(plan.ring_gate, gate, arrays);
 }
 
 void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, TensorView out) {
@@ -434,14 +406,14 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     // step's rows, then the compressed entries), and the rows the window ring keeps.
     StepArrays arrays(be);
     CompressPlan main_plan, index_plan;
-    if (L.has_compressor) main_plan = plan_compress(layer, rows, false, ckv, cgate, arrays);
-    if (L.has_indexer) index_plan = plan_compress(layer, rows, true, ikv, igate, arrays);
+    RowCopies keep;  // the rings' and the window's rows of this step
+    if (L.has_compressor) main_plan = plan_compress(layer, rows, false, ckv, cgate, arrays, keep);
+    if (L.has_indexer) index_plan = plan_compress(layer, rows, true, ikv, igate, arrays, keep);
     struct CsaSeq {  // a sequence whose queries pick compressed entries with the indexer
         int64_t row0, n, entries, index_key0;
         int32_t base;  // its first entry's index in the key table
     };
     std::vector<CsaSeq> csa;
-    std::vector<float*> window_keep, window_dst;
     // The key table's rows (and for CSA layers the indexer keys' rows) as runs of equally spaced rows, expanded
     // into addresses on the backend (fill_row_addresses): a sequence's window is at most two runs of its ring,
     // the step's rows one, its entries one a page, so the host's work and upload do not grow with the context.
@@ -499,10 +471,8 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
             offsets.push_back(static_cast<int32_t>(list_size));
         }
         // Remember this step's K=V rows.
-        for (int64_t p = std::max(p0, end - ring); p < end; ++p) {
-            window_keep.push_back(kv.f32() + (s.row0 + p - p0) * d);
-            window_dst.push_back(st.window.f32() + (p % ring) * d);
-        }
+        for (int64_t p = std::max(p0, end - ring); p < end; ++p)
+            keep.add(kv.f32() + (s.row0 + p - p0) * d, st.window.f32() + (p % ring) * d, d);
     }
     // The key rows are whole rows of d floats in buffers the backend allocated: 16-byte aligned when d % 4 == 0, as
     // sparse_attention_rows requires.
@@ -515,12 +485,13 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
     const StepArrays::Handle bases_h = arrays.stage_i32(csa_bases), index_begin_h = arrays.stage_i32(index_begin);
     const StepArrays::Handle index_count_h = arrays.stage_i32(index_count);
     const StepArrays::Handle key_lists_h = arrays.reserve_i32(list_size);  // written by fill_index_ranges
-    const KeptRows window_rows = plan_kept_rows(window_keep, window_dst, kv.f32(), d, arrays);
+    const StepArrays::Handle keep_src_h = arrays.stage_rows(keep.src), keep_dst_h = arrays.stage_rows(keep.dst);
+    const StepArrays::Handle keep_cols_h = arrays.stage_i32(keep.cols);
     arrays.upload_staged();
 
     // Device side: new compressed entries first (the key table reads them), then keys, selection, attention.
-    if (L.has_compressor) run_compress(layer, main_plan, false, ckv, cgate, arrays);
-    if (L.has_indexer) run_compress(layer, index_plan, true, ikv, igate, arrays);
+    if (L.has_compressor) run_compress(layer, main_plan, false, arrays);
+    if (L.has_indexer) run_compress(layer, index_plan, true, arrays);
     const TensorView key_list = arrays.view(key_lists_h);
     be.fill_index_ranges(key_list, arrays.view(key_runs_h).reshape(Shape{T, 5}));
     const TensorView row_addresses = arrays.view(row_addresses_h), row_runs = arrays.view(row_runs_h);
@@ -578,7 +549,7 @@ void DeepseekV4Model::attention(int layer, const Rows& rows, TensorView xn, Tens
                                  L.attn_sink.f32(), scale);
         be.rope(o, pos, inv_freq, rope.dim, af, true);
     }
-    copy_kept_rows(window_rows, kv.view().reshape(Shape{T, d}), arrays);
+    be.copy_rows(arrays.view(keep_dst_h), arrays.view(keep_src_h), arrays.view(keep_cols_h));
 
     // The grouped low-rank projection.
     Tensor z = alloc(Shape{T, static_cast<int64_t>(c.o_groups) * c.o_lora_rank});

@@ -50,15 +50,11 @@ private:
     Tensor forward_sequences(std::span<const SequenceInput> batch, bool on_backend);
     struct Rows;  // the batch flattened into rows
     void attention(int layer, const Rows& rows, TensorView xn, TensorView out);
-    struct KeptRows;
+    struct RowCopies;
     struct CompressPlan;
-    KeptRows plan_kept_rows(const std::vector<float*>& src, const std::vector<float*>& dst, const float* base,
-                            int64_t width, StepArrays& arrays);
-    void copy_kept_rows(const KeptRows& rows, TensorView src, StepArrays& arrays);
     CompressPlan plan_compress(int layer, const Rows& rows, bool indexer, TensorView kv, TensorView gate,
-                               StepArrays& arrays);
-    void run_compress(int layer, const CompressPlan& plan, bool indexer, TensorView kv, TensorView gate,
-                      StepArrays& arrays);
+                               StepArrays& arrays, RowCopies& keep);
+    void run_compress(int layer, const CompressPlan& plan, bool indexer, StepArrays& arrays);
 
     DeepseekV4Config config_;
     Checkpoint checkpoint_;
