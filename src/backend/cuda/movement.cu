@@ -25,6 +25,18 @@ unsigned row_grid(int64_t r) {
 // them at batch 32) took 40 us, 0.8 TB/s.
 int copy_threads_per_row(int64_t c) { return c <= 128 ? 32 : c <= 256 ? 64 : kCopyThreads; }
 
+// One row of c floats by `threads` threads (this one `lane`): float4 copies where the width and both ends allow.
+__device__ __forceinline__ void copy_row(float* __restrict__ to, const float* __restrict__ from, int64_t c, int lane,
+                                         int threads) {
+    if (c % 4 == 0 && (reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(to)) % 16 == 0) {
+        const float4* f4 = reinterpret_cast<const float4*>(from);
+        float4* t4 = reinterpret_cast<float4*>(to);
+        for (int64_t j = lane; j < c / 4; j += threads) t4[j] = f4[j];
+    } else {
+        for (int64_t j = lane; j < c; j += threads) to[j] = from[j];
+    }
+}
+
 template <bool kGather>  // gather: dst [r, c] from rows[i]; scatter: rows[i] from src [r, c]
 __global__ void __launch_bounds__(kCopyThreads)
     copy_rows_kernel(float* const* __restrict__ rows, float* __restrict__ packed, int64_t r, int64_t c, int tpr) {
@@ -34,15 +46,7 @@ __global__ void __launch_bounds__(kCopyThreads)
     if (i >= r) return;
     float* row = rows[i];
     float* line = packed + i * c;
-    const float* from = kGather ? row : line;
-    float* to = kGather ? line : row;
-    if (c % 4 == 0 && reinterpret_cast<uintptr_t>(from) % 16 == 0 && reinterpret_cast<uintptr_t>(to) % 16 == 0) {
-        const float4* f4 = reinterpret_cast<const float4*>(from);
-        float4* t4 = reinterpret_cast<float4*>(to);
-        for (int64_t j = lane; j < c / 4; j += tpr) t4[j] = f4[j];
-    } else {
-        for (int64_t j = lane; j < c; j += tpr) to[j] = from[j];
-    }
+    copy_row(kGather ? line : row, kGather ? row : line, c, lane, tpr);
 }
 
 template <bool kGather>
@@ -54,8 +58,7 @@ void launch_copy_rows(float* const* rows, float* packed, int64_t r, int64_t c, c
     DI_CUDA_LAUNCH_CHECK();
 }
 
-// Backend::copy_rows: kPairThreads threads a row (a ring row of 256-1024 floats is 1-4 KB), float4 copies where the
-// row's width and both ends allow.
+// Backend::copy_rows: kPairThreads threads a row (a ring row of 256-1024 floats is 1-4 KB).
 constexpr int kPairThreads = 64;
 __global__ void __launch_bounds__(kCopyThreads)
     copy_row_pairs_kernel(float* const* __restrict__ dst, const float* const* __restrict__ src,
@@ -63,17 +66,7 @@ __global__ void __launch_bounds__(kCopyThreads)
     pdl_prologue();  // see pdl.cuh
     const int64_t i = static_cast<int64_t>(blockIdx.x) * (kCopyThreads / kPairThreads) + threadIdx.x / kPairThreads;
     if (i >= r) return;
-    const int lane = static_cast<int>(threadIdx.x) % kPairThreads;
-    float* to = dst[i];
-    const float* from = src[i];
-    const int64_t c = cols[i];
-    if (c % 4 == 0 && (reinterpret_cast<uintptr_t>(from) | reinterpret_cast<uintptr_t>(to)) % 16 == 0) {
-        const float4* f4 = reinterpret_cast<const float4*>(from);
-        float4* t4 = reinterpret_cast<float4*>(to);
-        for (int64_t j = lane; j < c / 4; j += kPairThreads) t4[j] = f4[j];
-    } else {
-        for (int64_t j = lane; j < c; j += kPairThreads) to[j] = from[j];
-    }
+    copy_row(dst[i], src[i], cols[i], static_cast<int>(threadIdx.x) % kPairThreads, kPairThreads);
 }
 
 // One block per row of runs [R, 5] = (at, a, na, b, nb).
