@@ -3,14 +3,20 @@
 // the same backend kind with DEEPINFER_CUDA_FP8_GEMM=0 (the shared expert's products on the bf16 kernels from the same
 // quantized activations; the routing and the routed experts the same kernels on the same inputs): the outputs differ
 // only by the FP8 GEMM's sums (within 1e-3 of a product's largest output, CudaFp8Gemm) and by the codes of the down
-// product's input that those sums move across a rounding boundary (an e4m3 step, 1/8 of an element, each): 3e-2 here
-// (seen 2.1e-2; without SwiGLU's clamp the terms are heavy-tailed, so a flip can weigh more),
-// where a wrong scale or block is off by order 1; not at all were the FP8 GEMM not taken. The CPU's moe_forward bounds
-// both at the bf16 products' bound, and xn must come back untouched. Shapes: D = shared_inter = 512 (the FP8 GEMM takes
+// product's input that those sums move across a rounding boundary (an e4m3 step, 1/8 of an element, each). Compared
+// row by row: a row within kSumsBound unless such a flip moved it ("tipped"), each row within kFlipBound, at most
+// kTippedRows(rows) tipped (H200, 40 repeats: 1-9 rows of 130 beyond 1e-2, none of the others above 0.0096, the worst
+// row 0.051; compared as one vector, a 3e-2 bound failed now and then, 3.4e-2 and 3.6e-2 seen, when several flips
+// landed in one call; without SwiGLU's clamp the terms are heavy-tailed, so a flip can weigh more), where a wrong scale
+// or block is off by order 1; not at all were the FP8 GEMM not taken. The CPU's moe_forward (the same quantizations,
+// its own sums) bounds it the same way (as one vector its 3e-2 failed once in 40: 0.0307), and xn must come back
+// untouched. Shapes: D = shared_inter = 512 (the FP8 GEMM takes
 // K of 512 and more), 130 tokens (the GEMM takes 128 rows, the last 2 take the GEMV), 8 FP4 experts of width 256,
 // top-2, no SwiGLU clamp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -30,6 +36,29 @@ using testing_support::rel_error;
 class CudaMoeFp8 : public testing_support::CudaCompare {
 public:
     CudaMoeFp8() : CudaCompare("auto") {}
+
+protected:
+    static constexpr double kSumsBound = 2e-2, kFlipBound = 0.125;
+    static int64_t kTippedRows(int64_t rows) { return 2 + rows / 16; }
+    // got against base [rows, d] row by row, as the header comment says; prints the tipped rows and the worst row.
+    static void expect_rows_within_flips(const std::vector<float>& got, const std::vector<float>& base, int64_t d,
+                                         const char* what) {
+        const int64_t rows = static_cast<int64_t>(got.size()) / d;
+        int64_t tipped = 0;
+        double worst = 0, worst_untipped = 0;
+        for (int64_t r = 0; r < rows; ++r) {
+            const double e = rel_error(got.data() + r * d, base.data() + r * d, d);
+            worst = std::max(worst, e);
+            if (e <= kSumsBound)
+                worst_untipped = std::max(worst_untipped, e);
+            else
+                ++tipped;
+            EXPECT_LE(e, kFlipBound) << what << ", row " << r;
+        }
+        EXPECT_LE(tipped, kTippedRows(rows)) << what << ": rows beyond " << kSumsBound << " of " << rows;
+        std::printf("[ %s: rows beyond %.0e: %lld of %lld; worst row %.3g, worst of the others %.3g ]\n", what,
+                    kSumsBound, static_cast<long long>(tipped), static_cast<long long>(rows), worst, worst_untipped);
+    }
 };
 
 TEST_F(CudaMoeFp8, SharedExpertOnTheSideLaneMatchesTheBf16PathAndTheCpu) {
@@ -97,9 +126,9 @@ TEST_F(CudaMoeFp8, SharedExpertOnTheSideLaneMatchesTheBf16PathAndTheCpu) {
     std::vector<float> got_bf16(t * d);
     bf16->download(got_bf16.data(), out_bf16);
     EXPECT_EQ(std::memcmp(xn_after.data(), xv.data(), xv.size() * 4), 0) << "xn clobbered";
-    EXPECT_LE(rel_error(got, got_bf16), 3e-2) << "FP8 GEMM against the bf16 path";
+    expect_rows_within_flips(got, got_bf16, d, "FP8 GEMM against the bf16 path");
     EXPECT_NE(std::memcmp(got.data(), got_bf16.data(), got.size() * 4), 0) << "the FP8 GEMM was not taken";
-    EXPECT_LE(rel_error(got, values(ref)), testing_support::kBf16Bound) << "against the CPU";
+    expect_rows_within_flips(got, values(ref), d, "against the CPU");
 }
 
 }  // namespace
