@@ -14,6 +14,7 @@
 // weights of the distinct experts, and the two outputs' relative difference; at 1-8 tokens also the few-token kernels
 // (launch_routed_experts_few_tokens, which the backend takes up to kRoutedFewTokensMax tokens) and their output's
 // difference.
+// FP8 weights also take the FP8 mma GEMV at 1, 2 and 4 rows, against the fp32 GEMV (1 row) or the wgmma GEMV.
 // --wgmma-plans instead times each launch plan of the wgmma GEMV (run_wgmma_plans), --gemv-splits each split of the
 // fp32 GEMV (run_gemv_splits).
 // --only NAME keeps the GEMV products whose name contains NAME.
@@ -620,6 +621,20 @@ int main(int argc, char** argv) {
                 std::printf(" %9.1e %6.2fx", rel_diff(out_wgmma, out_tc, rows * c.n), tc_us[rows] / us);
             }
             std::printf("\n");
+        }
+        // The FP8 mma GEMV (1..4 rows), with its output's relative difference from the fp32 GEMV's at one row
+        // (bf16-rounded activations here: ~1e-3 expected) and from the wgmma GEMV's above (~2e-4), and the other
+        // kernel's time over its own.
+        for (int rows : {1, 2, 4}) {
+            if (!gemv_fp8_mma_applies(rows, copies[0].d)) continue;
+            const double us = time_jobs(launch_gemv_fp8_mma_jobs, c, copies, out_tc, x, rows, iters);
+            print(rows, "fp8mma", us);
+            const JobsLaunch other = rows == 1 ? launch_gemv_jobs : launch_gemv_wgmma_jobs;
+            const double other_us = time_jobs(other, c, copies, out_wgmma, x, rows, iters);
+            run_jobs(launch_gemv_fp8_mma_jobs, c, copies[0].d, out_tc, x, rows);
+            run_jobs(other, c, copies[0].d, out_wgmma, x, rows);
+            std::printf(" %9.1e %6.2fx (%s %.2f us)\n", rel_diff(out_tc, out_wgmma, rows * c.n), other_us / us,
+                        rows == 1 ? "fp32" : "wgmma", other_us);
         }
         // BF16 weights: cuBLAS uses them in place (no dequantization), the alternative from 8 rows.
         if (c.format == 0 && c.dtype == 1 && c.groups == 1) {

@@ -13,11 +13,17 @@
 // output columns in one launch. Also the backend's switch (DEEPINFER_CUDA_DECODE_GEMV, the profile naming the kernel
 // that ran, batch-invariant and tiled modes never taking it) and gemv_wgmma_applies. Without a compute capability 9.0
 // device the wgmma checks are skipped (and applies() must say no).
+// The FP8 mma GEMV (gemv_fp8_mma.cu, 1..4 rows: activations split into two exact e4m3 terms, e4m3 x e4m3 on mma.sync)
+// the same way, but against the CPU on bf16 inputs and the bf16 wgmma GEMV within kFp8MmaBound: the FP8 tensor cores
+// sum a 128-k block's products with fewer bits than fp32 (a wrong split, scale, k order or fragment moves outputs by
+// 1e-2 or more). Its shapes have at least 77 outputs: the bound is a norm over them (one output whose terms cancel
+// can be off by more).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,6 +43,9 @@ using testing_support::HostWeight;
 using testing_support::kBf16Bound;
 using testing_support::kSameInputsBound;
 using testing_support::rel_error;
+
+// The FP8 mma GEMV against products of the same bf16 activations summed in fp32 (see the header comment).
+constexpr double kFp8MmaBound = 5e-4;
 
 // Block scales of the FP8 weights: E8M0 2^-7 .. 2^0; E8M0 with about one block in four at 2^8 .. 2^10 (the decode's
 // conversion path, still exact); f32 (1 + u) 2^-8 with a random mantissa (bf16(fp8 * scale) rounds).
@@ -108,14 +117,18 @@ protected:
     // The products of one launch at `rows` rows (inputs [rows, lda], output [rows, ldc]) on the wgmma kernel (twice)
     // and the mma.sync one, against the CPU (products of the whole weights, their rows w_row0 .. picked; with
     // bf16-rounded activations too where the weights are exact in bf16).
+    // `kernel` kFp8Mma: the FP8 mma GEMV twice, against the bf16 wgmma GEMV (from 2 rows) and the CPU. `x_of(n)`
+    // makes an input of n values (random normal values by default).
     void check(const std::vector<HostWeight>& hw, const std::vector<LinearWeight>& dw,
                const std::vector<Product>& prods, int inputs, int64_t rows, int64_t lda, int64_t ldc,
-               const std::string& what) {
+               const std::string& what, DecodeGemv kernel = DecodeGemv::kWgmma,
+               const std::function<std::vector<float>(int64_t)>& x_of = nullptr) {
         const int64_t k = hw[prods[0].weight].w.cols;
+        const bool mma = kernel == DecodeGemv::kFp8Mma;
         std::vector<std::vector<float>> xs;
         std::vector<Tensor> xd;
         for (int i = 0; i < inputs; ++i) {
-            xs.push_back(randn(rows * lda));
+            xs.push_back(x_of ? x_of(rows * lda) : randn(rows * lda));
             xd.push_back(device(host(xs.back(), Shape{rows, lda})));
         }
         auto run = [&](DecodeGemv kernel) {
@@ -128,9 +141,11 @@ protected:
             cuda::run_decode_gemv_sync(kernel, gp, rows);
             return fetch(out);
         };
-        const std::vector<float> got = run(DecodeGemv::kWgmma), again = run(DecodeGemv::kWgmma);
-        const bool tc_applies = rows <= 32;  // the mma.sync GEMV's rows
-        const std::vector<float> tc = tc_applies ? run(DecodeGemv::kTc) : std::vector<float>(got.size());
+        const std::vector<float> got = run(kernel), again = run(kernel);
+        // The other kernel: the mma.sync GEMV (its rows: up to 32); for the FP8 mma one the bf16 wgmma one (from 2).
+        const bool tc_applies = mma ? rows >= 2 : rows <= 32;
+        const std::vector<float> tc =
+            tc_applies ? run(mma ? DecodeGemv::kWgmma : DecodeGemv::kTc) : std::vector<float>(got.size());
         // The references at the products' columns; every other output column must stay NaN.
         std::vector<float> ref, ref16, g, t;
         std::vector<bool> written(ldc, false);
@@ -161,13 +176,19 @@ protected:
             }
             for (int64_t n = 0; n < p.n_out; ++n) written[p.out_col + n] = true;
         }
-        const std::string at = what + ", " + std::to_string(rows) + " rows";
+        const std::string at = what + ", " + std::to_string(rows) + " rows" + (mma ? ", fp8 mma" : "");
+        const double same = mma ? kFp8MmaBound : kSameInputsBound;
         EXPECT_LE(rel_error(g, ref), kBf16Bound) << at << ": against the CPU";
-        if (exact) {
-            EXPECT_LE(rel_error(g, ref16), kSameInputsBound) << at << ": against the CPU on bf16 inputs";
+        // The CPU's weights are fp8 * scale in f32, as the FP8 mma GEMV's; the bf16 kernels round them to bf16,
+        // exactly only for E8M0 scales.
+        if (exact || mma) {
+            const double e = rel_error(g, ref16);
+            if (mma) worst_fp8_mma_ = std::max(worst_fp8_mma_, e);
+            EXPECT_LE(e, same) << at << ": against the CPU on bf16 inputs";
         }
         if (tc_applies) {
-            EXPECT_LE(rel_error(g, t), kSameInputsBound) << at << ": against the mma.sync GEMV";
+            EXPECT_LE(rel_error(g, t), mma && !exact ? kBf16Bound : same)
+                << at << (mma ? ": against the bf16 wgmma GEMV" : ": against the mma.sync GEMV");
         }
         EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * 4), 0) << at << ": a second run";
         int64_t stray = 0;
@@ -175,14 +196,45 @@ protected:
             for (int64_t c = 0; c < ldc; ++c) stray += !written[c] && !std::isnan(got[r * ldc + c]);
         EXPECT_EQ(stray, 0) << at << ": outputs written outside the products' columns";
     }
+    // V4-Flash's wo_a: 8 groups of 1024 x 4096, group g reading x columns 4096 g .. (lda 32768) and writing output
+    // columns 1024 g .. (ldc 8192) from weight rows 1024 g .., the products of one launch.
+    struct GroupedWeight {
+        static constexpr int64_t kGroups = 8, kRows = 1024, kK = 4096;
+        std::vector<HostWeight> hw;
+        std::vector<LinearWeight> dw;
+        std::vector<Product> prods;
+    };
+    GroupedWeight wo_a() {
+        GroupedWeight w;
+        w.hw.push_back(fp8_weight(w.kGroups * w.kRows, w.kK, Scales::kE8m0));
+        w.dw.push_back(to_backend(*gpu_, w.hw[0].w, &storage_));
+        for (int64_t g = 0; g < w.kGroups; ++g) w.prods.push_back({0, g * w.kRows, w.kRows, 0, g * w.kK, g * w.kRows});
+        return w;
+    }
+    // A backend of its own with the profile on, in DEEPINFER_CUDA_GEMM mode `gemm` (the fixture's mode restored).
+    std::unique_ptr<Backend> profiled_backend(const char* gemm) {
+        setenv("DEEPINFER_CUDA_PROFILE", "1", 1);
+        setenv("DEEPINFER_CUDA_GEMM", gemm, 1);
+        std::unique_ptr<Backend> b = create_backend("cuda", 2);
+        unsetenv("DEEPINFER_CUDA_PROFILE");
+        setenv("DEEPINFER_CUDA_GEMM", gemm_, 1);
+        return b;
+    }
     // One weight as one plain product, at each row count.
-    void check_linear(const HostWeight& hw, const std::vector<int64_t>& row_counts, const std::string& what) {
+    void check_linear(const HostWeight& hw, const std::vector<int64_t>& row_counts, const std::string& what,
+                      DecodeGemv kernel = DecodeGemv::kWgmma) {
         const std::vector<HostWeight> w(1, hw);
         const std::vector<LinearWeight> d(1, to_backend(*gpu_, hw.w, &storage_));
-        for (int64_t rows : row_counts) check(w, d, {{0, 0, hw.w.rows, 0, 0, 0}}, 1, rows, hw.w.cols, hw.w.rows, what);
+        for (int64_t rows : row_counts)
+            check(w, d, {{0, 0, hw.w.rows, 0, 0, 0}}, 1, rows, hw.w.cols, hw.w.rows, what, kernel);
+    }
+    // The FP8 mma GEMV's largest error against the CPU on bf16 inputs in the test, for the record.
+    void TearDown() override {
+        if (worst_fp8_mma_ > 0) std::printf("[ fp8 mma: worst relative error on bf16 inputs %.3g ]\n", worst_fp8_mma_);
     }
 
     std::mt19937_64 bits_;
+    double worst_fp8_mma_ = 0;
 };
 
 std::vector<int64_t> every_row_count() {
@@ -210,12 +262,12 @@ TEST_F(CudaGemvWgmma, ModelShapes) {
 // against the CPU's.
 TEST_F(CudaGemvWgmma, GroupedWoA) {
     if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
-    const int64_t groups = 8, r = 1024, k = 4096;
-    const std::vector<HostWeight> hw(1, fp8_weight(groups * r, k, Scales::kE8m0));
-    const std::vector<LinearWeight> dw(1, to_backend(*gpu_, hw[0].w, &storage_));
-    std::vector<Product> prods;
-    for (int64_t g = 0; g < groups; ++g) prods.push_back({0, g * r, r, 0, g * k, g * r});
-    for (int64_t rows : {2, 9, 17, 32, 40, 100}) check(hw, dw, prods, 1, rows, groups * k, groups * r, "wo_a grouped");
+    const GroupedWeight w = wo_a();
+    const int64_t groups = w.kGroups, r = w.kRows, k = w.kK;
+    const std::vector<HostWeight>& hw = w.hw;
+    const std::vector<LinearWeight>& dw = w.dw;
+    for (int64_t rows : {2, 9, 17, 32, 40, 100})
+        check(hw, dw, w.prods, 1, rows, groups * k, groups * r, "wo_a grouped");
     for (int64_t rows : {5, 32}) {
         const std::vector<float> xv = randn(rows * groups * k);
         Tensor x = host(xv, Shape{rows, groups * k}), xd = device(x);
@@ -400,11 +452,7 @@ TEST_F(CudaGemvWgmma, BackendSwitch) {
     const std::string invariant = wg->take_profile();
     wg->set_batch_invariant(false);
     EXPECT_EQ(invariant.find("matmul gemv"), std::string::npos) << invariant;
-    setenv("DEEPINFER_CUDA_PROFILE", "1", 1);
-    setenv("DEEPINFER_CUDA_GEMM", "tiled", 1);
-    const std::unique_ptr<Backend> tiled = create_backend("cuda", 2);
-    unsetenv("DEEPINFER_CUDA_PROFILE");
-    setenv("DEEPINFER_CUDA_GEMM", gemm_, 1);
+    const std::unique_ptr<Backend> tiled = profiled_backend("tiled");
     linear(*tiled);
     const std::string tiled_profile = tiled->take_profile();
     EXPECT_EQ(tiled_profile.find("wgmma"), std::string::npos) << tiled_profile;
@@ -413,6 +461,144 @@ TEST_F(CudaGemvWgmma, BackendSwitch) {
     setenv("DEEPINFER_CUDA_DECODE_GEMV", "mma", 1);
     EXPECT_THROW(create_backend("cuda", 2), Error);
     unsetenv("DEEPINFER_CUDA_DECODE_GEMV");
+}
+
+// The FP8 mma GEMV at 1..4 rows: V4-Flash's projections, each scale kind, odd shapes (features not a multiple of 16,
+// K of one and three 128-blocks, more CTAs than fit at once) and subnormal weight codes.
+TEST_F(CudaGemvWgmma, Fp8MmaShapes) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    const std::vector<int64_t> rows = {1, 2, 3, 4};
+    struct Shape2 {
+        const char* name;
+        int64_t n, k;
+    };
+    for (const Shape2 s : {Shape2{"wq_a", 1024, 4096}, Shape2{"wkv", 512, 4096}, Shape2{"wq_b", 32768, 1024},
+                           Shape2{"wo_b", 4096, 8192}, Shape2{"77 x 4096", 77, 4096}, Shape2{"200 x 384", 200, 384},
+                           Shape2{"300 x 128", 300, 128}, Shape2{"40000 x 128", 40000, 128}})
+        check_linear(fp8_weight(s.n, s.k, Scales::kE8m0), rows, s.name, DecodeGemv::kFp8Mma);
+    for (Scales s : {Scales::kE8m0Large, Scales::kF32})
+        check_linear(fp8_weight(1024, 4096, s), rows, s == Scales::kF32 ? "f32 scales" : "large e8m0",
+                     DecodeGemv::kFp8Mma);
+    HostWeight sub = fp8_weight(512, 1024, Scales::kE8m0);
+    for (uint8_t& b : sub.data) b &= 0x87;
+    check_linear(sub, {1, 4}, "subnormal codes", DecodeGemv::kFp8Mma);
+}
+
+// The FP8 mma GEMV's grouped wo_a and several products of two inputs in one launch (weight row offsets that are not
+// multiples of 16 or 128, gaps between the output columns), and more products than a launch holds.
+TEST_F(CudaGemvWgmma, Fp8MmaSeveralProducts) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    {
+        const GroupedWeight w = wo_a();
+        for (int64_t rows : {1, 4})
+            check(w.hw, w.dw, w.prods, 1, rows, w.kGroups * w.kK, w.kGroups * w.kRows, "wo_a grouped",
+                  DecodeGemv::kFp8Mma);
+    }
+    for (Scales s : {Scales::kE8m0, Scales::kF32}) {
+        std::vector<HostWeight> hw;
+        for (int64_t n : {700, 256, 1000}) hw.push_back(fp8_weight(n, 512, s));
+        std::vector<LinearWeight> dw;
+        for (const HostWeight& h : hw) dw.push_back(to_backend(*gpu_, h.w, &storage_));
+        const std::vector<Product> four = {
+            {0, 40, 600, 0, 0, 0}, {1, 0, 256, 1, 100, 610}, {2, 200, 77, 0, 0, 900}, {2, 513, 300, 1, 37, 1000}};
+        for (int64_t rows : {1, 2, 4}) check(hw, dw, four, 2, rows, 612, 1310, "four products", DecodeGemv::kFp8Mma);
+        std::vector<Product> many;
+        for (int i = 0; i < 11; ++i) many.push_back({i % 3, 8 * i, 100 + 3 * i, i % 2, 8 * i, 200 * i});
+        for (int64_t rows : {1, 3}) check(hw, dw, many, 2, rows, 612, 2200, "11 products", DecodeGemv::kFp8Mma);
+    }
+}
+
+// Activations over a wide range: normal draws times 2^u, u uniform in [-20, 12] per element, a tenth exact zeros, so
+// that many elements lie more than 2^14 below their block's largest; then rows of zeros but five elements.
+TEST_F(CudaGemvWgmma, Fp8MmaWideRangeActivations) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    const HostWeight hw = fp8_weight(1024, 4096, Scales::kE8m0);
+    const std::vector<HostWeight> w(1, hw);
+    const std::vector<LinearWeight> d(1, to_backend(*gpu_, hw.w, &storage_));
+    std::mt19937 g(7);
+    auto wide = [&](int64_t n) {
+        std::vector<float> v = randn(n);
+        std::uniform_int_distribution<int> e(-20, 12), z(0, 9);
+        for (float& x : v) x = z(g) == 0 ? 0.0f : std::ldexp(x, e(g));
+        return v;
+    };
+    auto sparse = [&](int64_t n) {
+        std::vector<float> v(n, 0.0f);
+        std::uniform_int_distribution<int64_t> at(0, n - 1);
+        for (int i = 0; i < 5; ++i) v[at(g)] = std::ldexp(1.5f, 3 * i - 6);
+        return v;
+    };
+    for (int64_t rows : {1, 4}) {
+        check(w, d, {{0, 0, 1024, 0, 0, 0}}, 1, rows, 4096, 1024, "wide range", DecodeGemv::kFp8Mma, wide);
+        check(w, d, {{0, 0, 1024, 0, 0, 0}}, 1, rows, 4096, 1024, "sparse", DecodeGemv::kFp8Mma, sparse);
+    }
+}
+
+// The backend's FP8 products at 1..4 rows (DEEPINFER_CUDA_GEMV_FP8_MMA, read at each call): 2..4 rows on the FP8 mma
+// GEMV by default (bitwise its direct launch), one row on the fp32 GEMV unless it is 1; under 0 the wgmma GEMV at 2..4
+// rows; neither in batch-invariant and tiled modes; a bad value refused.
+TEST_F(CudaGemvWgmma, Fp8MmaBackendSwitch) {
+    if (!wgmma_device()) GTEST_SKIP() << "not a compute capability 9.0 device";
+    const HostWeight hw = fp8_weight(1024, 4096, Scales::kE8m0);
+    const LinearWeight dw = to_backend(*gpu_, hw.w, &storage_);
+    const std::vector<float> xv = randn(4 * 4096);
+    Tensor xd = device(host(xv, Shape{4, 4096}));
+    const std::unique_ptr<Backend> b = profiled_backend(gemm_);
+    gpu_->synchronize();
+    auto linear = [&](int64_t n) {
+        Tensor out = b->alloc(DType::kF32, Shape{n, 1024});
+        b->take_profile();
+        b->linear(out, TensorView(xd.f32(), DType::kF32, Shape{n, 4096}), dw);
+        std::vector<float> v(n * 1024);
+        b->download(v.data(), out);
+        return v;
+    };
+    {
+        linear(1);  // the default at one row: the fp32 GEMV
+        const std::string profile = b->take_profile();
+        EXPECT_EQ(profile.find("fp8 mma"), std::string::npos) << profile;
+        EXPECT_NE(profile.find("matmul gemv 1 row"), std::string::npos) << profile;
+    }
+    for (int64_t n : {1, 3}) {
+        if (n == 1) setenv("DEEPINFER_CUDA_GEMV_FP8_MMA", "1", 1);
+        const std::vector<float> got = linear(n);
+        unsetenv("DEEPINFER_CUDA_GEMV_FP8_MMA");
+        const std::string profile = b->take_profile();
+        Tensor out = poisoned(Shape{n, 1024});
+        gpu_->synchronize();
+        cuda::run_decode_gemv_sync(DecodeGemv::kFp8Mma, {{out.f32(), 1024, xd.f32(), 4096, &dw, 0, 1024}}, n);
+        EXPECT_EQ(got, fetch(out)) << n << " rows";
+        EXPECT_NE(profile.find("matmul gemv fp8 mma 1-4 rows"), std::string::npos) << profile;
+        setenv("DEEPINFER_CUDA_GEMV_FP8_MMA", "0", 1);
+        const std::vector<float> off = linear(n);
+        const std::string off_profile = b->take_profile();
+        unsetenv("DEEPINFER_CUDA_GEMV_FP8_MMA");
+        EXPECT_EQ(off_profile.find("fp8 mma"), std::string::npos) << off_profile;
+        EXPECT_NE(off_profile.find(n == 1 ? "matmul gemv 1 row" : "matmul gemv wgmma 2-32 rows"), std::string::npos)
+            << off_profile;
+        EXPECT_LE(rel_error(got, off), n == 1 ? kBf16Bound : kFp8MmaBound) << n << " rows, against the GEMV before";
+    }
+    b->set_batch_invariant(true);
+    setenv("DEEPINFER_CUDA_GEMV_FP8_MMA", "1", 1);
+    std::string invariant;
+    for (int64_t n : {1, 3}) {
+        linear(n);
+        invariant += b->take_profile();
+    }
+    unsetenv("DEEPINFER_CUDA_GEMV_FP8_MMA");
+    b->set_batch_invariant(false);
+    EXPECT_EQ(invariant.find("fp8 mma"), std::string::npos) << invariant;
+    const std::unique_ptr<Backend> tiled = profiled_backend("tiled");
+    Tensor out = tiled->alloc(DType::kF32, Shape{1, 1024});
+    tiled->take_profile();
+    setenv("DEEPINFER_CUDA_GEMV_FP8_MMA", "1", 1);
+    tiled->linear(out, TensorView(xd.f32(), DType::kF32, Shape{1, 4096}), dw);
+    unsetenv("DEEPINFER_CUDA_GEMV_FP8_MMA");
+    tiled->synchronize();
+    EXPECT_EQ(tiled->take_profile().find("fp8 mma"), std::string::npos);
+    setenv("DEEPINFER_CUDA_GEMV_FP8_MMA", "yes", 1);
+    EXPECT_THROW(linear(3), Error);
+    unsetenv("DEEPINFER_CUDA_GEMV_FP8_MMA");
 }
 
 // gemv_wgmma_applies: FP8 with 128 x 128 scales (E8M0 or f32) and K a multiple of 128 at 2..128 rows on a compute
@@ -425,6 +611,8 @@ TEST_F(CudaGemvWgmma, AppliesPredicate) {
         for (int64_t rows : {2, 9, 32, 33, 64, 128})
             EXPECT_EQ(cuda::gemv_wgmma_applies(rows, d), hopper) << rows << " rows";
         for (int64_t rows : {0, 1, 129, 256}) EXPECT_FALSE(cuda::gemv_wgmma_applies(rows, d)) << rows << " rows";
+        for (int64_t rows : {1, 2, 4}) EXPECT_EQ(cuda::gemv_fp8_mma_applies(rows, d), hopper) << rows << " rows, mma";
+        for (int64_t rows : {0, 5, 32}) EXPECT_FALSE(cuda::gemv_fp8_mma_applies(rows, d)) << rows << " rows, mma";
     }
     struct Kind {
         int format;  // make_weight's
@@ -435,6 +623,8 @@ TEST_F(CudaGemvWgmma, AppliesPredicate) {
         const LinearWeight d = to_backend(*gpu_, h.w, &storage_);
         for (int64_t rows : {2, 8, 32})
             EXPECT_FALSE(cuda::gemv_wgmma_applies(rows, d)) << "format " << kd.format << ", k " << kd.k;
+        for (int64_t rows : {1, 4})
+            EXPECT_FALSE(cuda::gemv_fp8_mma_applies(rows, d)) << "format " << kd.format << ", k " << kd.k << ", mma";
     }
 }
 

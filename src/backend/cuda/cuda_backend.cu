@@ -438,8 +438,9 @@ public:
         return true;
     }
     // The weight-streaming GEMV a product of `rows` rows takes, if any (else matmul()'s GEMM kernels).
-    enum class Gemv { kNone, kFp32, kTc, kWgmma };
+    enum class Gemv { kNone, kFp32, kTc, kWgmma, kFp8Mma };
     Gemv gemv_for(int64_t rows, const WeightDesc& d) const {
+        if (fp8_mma_gemv(rows, d)) return Gemv::kFp8Mma;
         if (wgmma_gemv(rows, d)) return Gemv::kWgmma;
         if (tc_gemv(rows, d)) return Gemv::kTc;
         if (fp32_gemv(rows, d)) return Gemv::kFp32;
@@ -458,6 +459,9 @@ public:
             if (g == Gemv::kFp32) {
                 const auto op = scope(lane, t == 1 ? "matmul gemv 1 row" : "matmul gemv 2-8 rows");
                 cuda::launch_gemv_jobs(jobs + i, n, t, lane.stream);
+            } else if (g == Gemv::kFp8Mma) {
+                const auto op = scope(lane, "matmul gemv fp8 mma 1-4 rows");
+                cuda::launch_gemv_fp8_mma_jobs(jobs + i, n, t, lane.stream);
             } else {
                 tc_gemv_launch(jobs + i, n, t, g == Gemv::kWgmma, lane);
             }
@@ -485,6 +489,24 @@ public:
                               ? tc_gemv(rows, d)
                               : !batch_invariant_ && (gemm_mode_ == GemmMode::kAuto || gemm_mode_ == GemmMode::kTc);
         return decode_gemv_wgmma_ && mode && cuda::gemv_wgmma_applies(rows, d);
+    }
+    // FP8 products of 2..cuda::kGemvFp8MmaMaxRows rows on the FP8 tensor cores (gemv_fp8_mma.cu) where the
+    // tensor-core GEMVs would take them, unless DEEPINFER_CUDA_GEMV_FP8_MMA=0 (read per call; 1 also takes one row,
+    // which otherwise stays on the fp32 GEMV). The bf16 GEMVs' numerics but for the FP8 tensor cores' sums inside a
+    // 128-k block (~1e-6 relative). H200, 8-layer decode step, one process alternating (step_bench --variants;
+    // bench/results/decode_gemv_experiments_2026-12-03d.txt): batch 2 2.09 / 2.10 ms against 2.21 / 2.22, batch 4
+    // 2.56 / 2.57 against 2.65 / 2.66; at batch 1 1.69 / 1.69 against 1.68 / 1.69 (so not by default there).
+    bool fp8_mma_gemv(int64_t rows, const WeightDesc& d) const {
+        if (rows > cuda::kGemvFp8MmaMaxRows || !cuda::gemv_fp8_mma_applies(rows, d)) return false;
+        const char* v = std::getenv("DEEPINFER_CUDA_GEMV_FP8_MMA");
+        const bool one_row = v && !std::strcmp(v, "1");
+        if (v && *v) {
+            DI_CHECK(!std::strcmp(v, "0") || one_row, "DEEPINFER_CUDA_GEMV_FP8_MMA must be 0 or 1, not '", v, "'");
+            if (!one_row) return false;
+        }
+        if (rows == 1)
+            return one_row && !batch_invariant_ && gemm_mode_ != GemmMode::kTiled && cuda::gemv_applies(1, d);
+        return tc_gemv(rows, d);
     }
     // 2..32 rows go to the tensor-core GEMV where the GEMM mode computes from bf16 inputs anyway; one row stays
     // on the fp32 GEMV (memory-bound either way, and exact). Batch-invariant mode takes neither (see matmul()).

@@ -678,16 +678,10 @@ void launch_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stre
     p.scale_f32 = w.scale_f32;
     p.k = k;
     p.scale_cols = w.scale_cols;
-    // One bf16 copy per distinct input (the projections of one x share it; a grouped linear's groups do not).
+    // One bf16 copy per distinct input.
     PrologueParams pro{};
-    int inputs = 0;
-    std::vector<int> input_of(count);
-    for (int i = 0; i < count; ++i) {
-        int at = 0;
-        while (at < inputs && !(pro.x[at] == jobs[i].x && pro.lda[at] == jobs[i].lda)) ++at;
-        if (at == inputs) pro.x[inputs] = jobs[i].x, pro.lda[inputs] = jobs[i].lda, ++inputs;
-        input_of[i] = at;
-    }
+    int input_of[kMaxJobs];
+    const int inputs = distinct_inputs(jobs, count, pro.x, pro.lda, input_of);
     pro.rows = rows;
     pro.k = k;
     uint16_t* xb = nullptr;
@@ -761,20 +755,29 @@ GemvWgmmaPlan gemv_wgmma_plan_of(const GemvJob* jobs, int count, int64_t rows) {
 }
 
 bool gemv_wgmma_applies(int64_t rows, const LinearWeight& w) { return gemv_wgmma_applies(rows, describe_weight(w)); }
+bool gemv_fp8_mma_applies(int64_t rows, const LinearWeight& w) {
+    return gemv_fp8_mma_applies(rows, describe_weight(w));
+}
 
 void run_decode_gemv_sync(DecodeGemv kernel, const std::vector<GemvProduct>& products, int64_t rows,
                           cudaStream_t stream) {
     std::vector<GemvJob> jobs;
     for (const GemvProduct& pr : products) {
         const WeightDesc d = describe_weight(*pr.w);
-        DI_CHECK(kernel == DecodeGemv::kTc ? gemv_tc_applies(rows, d) : gemv_wgmma_applies(rows, d),
-                 "run_decode_gemv_sync: weight ", pr.w->name, " at ", rows, " rows is not one the kernel takes");
+        const bool applies = kernel == DecodeGemv::kTc      ? gemv_tc_applies(rows, d)
+                             : kernel == DecodeGemv::kWgmma ? gemv_wgmma_applies(rows, d)
+                                                            : gemv_fp8_mma_applies(rows, d);
+        DI_CHECK(applies, "run_decode_gemv_sync: weight ", pr.w->name, " at ", rows,
+                 " rows is not one the kernel takes");
         jobs.push_back({pr.out, pr.ldc, pr.x, pr.lda, d, pr.w_row0, pr.n_out});
     }
+    const int n = static_cast<int>(jobs.size());
     if (kernel == DecodeGemv::kTc)
-        launch_gemv_tc_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, stream);
+        launch_gemv_tc_jobs(jobs.data(), n, rows, stream);
+    else if (kernel == DecodeGemv::kWgmma)
+        launch_gemv_wgmma_jobs(jobs.data(), n, rows, stream);
     else
-        launch_gemv_wgmma_jobs(jobs.data(), static_cast<int>(jobs.size()), rows, stream);
+        launch_gemv_fp8_mma_jobs(jobs.data(), n, rows, stream);
     DI_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

@@ -14,8 +14,9 @@ namespace deepinfer::cuda {
 
 // Whether the current device is the one the wgmma GEMV is built for (compute capability 9.0).
 bool gemv_wgmma_device();
-// gemv_wgmma_applies (kernels.h) on the backend's description of w.
+// gemv_wgmma_applies / gemv_fp8_mma_applies (kernels.h) on the backend's description of w.
 bool gemv_wgmma_applies(int64_t rows, const LinearWeight& w);
+bool gemv_fp8_mma_applies(int64_t rows, const LinearWeight& w);
 
 // One product: out [rows, ldc] f32 = x [rows, lda] f32 times rows w_row0 .. w_row0 + n_out - 1 of *w, transposed.
 struct GemvProduct {
@@ -26,8 +27,9 @@ struct GemvProduct {
     const LinearWeight* w;
     int64_t w_row0, n_out;
 };
-enum class DecodeGemv { kTc, kWgmma };
-// The products in shared launches on the chosen kernel (each must apply: gemv_tc_applies or gemv_wgmma_applies), then
+enum class DecodeGemv { kTc, kWgmma, kFp8Mma };
+// The products in shared launches on the chosen kernel (each must apply: gemv_tc_applies, gemv_wgmma_applies or
+// gemv_fp8_mma_applies), then
 // waits for `stream` (nullptr: the legacy default stream).
 void run_decode_gemv_sync(DecodeGemv kernel, const std::vector<GemvProduct>& products, int64_t rows,
                           CUstream_st* stream = nullptr);

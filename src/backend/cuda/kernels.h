@@ -118,6 +118,14 @@ struct GemvWgmmaPlan {
 // The plan a launch of these jobs (same K, at most 8) at `rows` rows (at most 64) takes.
 GemvWgmmaPlan gemv_wgmma_plan_of(const GemvJob* jobs, int count, int64_t rows);
 void launch_gemv_wgmma_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
+// The same products for 1..kGemvFp8MmaMaxRows rows on the FP8 tensor cores (gemv_fp8_mma.cu): the weights' bytes as
+// they are times the activations rounded to bf16 and split exactly into two e4m3 terms, each 128-k block's sums scaled
+// into fp32 (differs from the bf16 GEMVs by the FP8 tensor cores' summation inside a block). Applies for FP8 with
+// 128 x 128 scale blocks (E8M0 or f32), K a multiple of 128, 16-byte aligned rows, on compute capability 8.9 and
+// later; deterministic. Scratch: 2 rows x K bytes and the scales per distinct x.
+constexpr int64_t kGemvFp8MmaMaxRows = 4;
+bool gemv_fp8_mma_applies(int64_t rows, const WeightDesc& w);
+void launch_gemv_fp8_mma_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stream);
 void launch_embedding(float* out, const WeightDesc& table, const int32_t* ids, int64_t rows, cudaStream_t stream);
 
 // RMSNorm of rows [rows, cols]. Many short rows take a warp a row (another summation order than a block a row);
