@@ -49,9 +49,12 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
 #include "backend/cuda/weight_chunks.cuh"
+#include "backend/cuda/wgmma_common.cuh"
 
 namespace deepinfer::cuda {
 namespace {
+
+using wgmma::word_of;
 
 constexpr int kBK = 128;  // k per block (one scale block)
 constexpr int kWarps = 8, kThreads = 32 * kWarps;
@@ -88,10 +91,6 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1
 #else
     __trap();  // gemv_fp8_mma_applies() keeps callers away
 #endif
-}
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-    return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
 // A lane's loads for one 128-block: its 32 bytes of rows g and g + 8 and of column g of B.
@@ -146,8 +145,9 @@ __global__ void __launch_bounds__(kThreads, kTargetCtas) gemv_fp8_mma_kernel(con
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
             const int half = s / 2, w0 = 2 * (s % 2);
-            mma_e4m3(d, word(cur.a[0][half], w0), word(cur.a[1][half], w0), word(cur.a[0][half], w0 + 1),
-                     word(cur.a[1][half], w0 + 1), word(cur.b[half], w0), word(cur.b[half], w0 + 1));
+            const uint4 &a0 = cur.a[0][half], &a1 = cur.a[1][half], &b = cur.b[half];
+            mma_e4m3(d, word_of(a0, w0), word_of(a1, w0), word_of(a0, w0 + 1), word_of(a1, w0 + 1), word_of(b, w0),
+                     word_of(b, w0 + 1));
         }
         // d[0], d[1]: row g, columns 2c (hi) and 2c + 1 (lo) = token c; d[2], d[3]: row g + 8.
         const float xs = c < p.rows ? __ldg(job.xs + static_cast<int64_t>(kb) * p.rows + c) : 0.0f;
