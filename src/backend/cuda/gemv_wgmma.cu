@@ -702,13 +702,16 @@ void launch_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStream_t stre
 
 }  // namespace
 
-bool gemv_wgmma_applies(int64_t rows, const WeightDesc& w) {
-    if (rows < kMinRows || rows > kMaxRows) return false;
+bool fp8_block_weight_streams(const WeightDesc& w) {
     // FP8 in 128 x 128 scale blocks, whole 128-blocks of K (int k block and tile indices), 16-byte aligned rows.
     if (w.format != 1 || w.block_rows != kBK || w.block_cols != kBK) return false;
     if (w.cols <= 0 || w.cols % kBK != 0 || w.cols > (int64_t{1} << 24) || w.scale_cols != w.cols / kBK) return false;
     if (!w.data || !w.scale || reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return false;
-    if (w.scale_f32 && reinterpret_cast<uintptr_t>(w.scale) % 4 != 0) return false;
+    return !w.scale_f32 || reinterpret_cast<uintptr_t>(w.scale) % 4 == 0;
+}
+
+bool gemv_wgmma_applies(int64_t rows, const WeightDesc& w) {
+    if (rows < kMinRows || rows > kMaxRows || !fp8_block_weight_streams(w)) return false;
     // wgmma is sm_90a's: a compute capability 9.0 device (cached; the build must include 90a, which the kernel checks).
     return device_compute_capability() == 90;
 }

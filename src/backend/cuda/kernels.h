@@ -107,6 +107,9 @@ void launch_gemv_tc_jobs(const GemvJob* jobs, int count, int64_t rows, cudaStrea
 // multiple of 128, 16-byte aligned rows, on a compute capability 9.0 device. Consecutive jobs of one K and scale kind
 // share a launch (up to 8); stream-ordered scratch (rows x K bf16 per distinct x) on `stream`.
 bool gemv_wgmma_applies(int64_t rows, const WeightDesc& w);
+// The weight conditions of the FP8 block GEMVs (gemv_wgmma, gemv_fp8_mma): FP8 with 128 x 128 scale blocks (E8M0, or
+// f32 4-byte aligned), K a positive multiple of 128 up to 2^24, 16-byte aligned rows.
+bool fp8_block_weight_streams(const WeightDesc& w);
 // For gemv_bench's plan sweep: force every later launch's tile height (slices of 64 weight rows: 2 or 4) and K splits
 // (1..8; a launch where that plan cannot run fails), or (0, 0) for the cost model's choice again; false for other
 // values. Not for concurrent use with other launches.

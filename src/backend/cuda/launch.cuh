@@ -110,8 +110,6 @@ void launch_clustered_pdl(Kernel kernel, dim3 grid, int cluster_x, int threads, 
     DI_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, params));
 }
 
-// Calls launch(first, n) for each run of consecutive jobs (those with n_out > 0, in their order) that `same`
-// lets share a launch, at most max_per_launch a run.
 // The distinct inputs (x, lda) of GEMV-like jobs into x[] / lda[] (the projections of one x share one; a grouped
 // linear's groups do not); input_of[i] = job i's. Returns their count (at most `count`).
 template <typename Job>
@@ -126,6 +124,8 @@ int distinct_inputs(const Job* jobs, int count, const float** x, int64_t* lda, i
     return inputs;
 }
 
+// Calls launch(first, n) for each run of consecutive jobs (those with n_out > 0, in their order) that `same`
+// lets share a launch, at most max_per_launch a run.
 template <typename Job, typename Same, typename Launch>
 void for_each_shared_launch(const Job* jobs, int count, int max_per_launch, Same same, Launch launch) {
     std::vector<Job> live;
