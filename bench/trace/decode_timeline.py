@@ -7,7 +7,10 @@ host (the kernel's launch call had not returned when the GPU ran out of work). F
 each kernel adds to the step ("exposed": its end minus the later of its start and the latest end before it,
 with kernels taken in order of their ends), summed by kernel name.
 
-  decode_timeline.py TRACE.csv [--top 40] [--min-kernels 100] [--by-launch]
+  decode_timeline.py TRACE.csv [--top 40] [--min-kernels 100] [--by-launch] [--sequence]
+
+--sequence also lists the median step's device work in start order: start (us from the step's first start),
+duration, exposed time, stream and kernel, to read a layer's critical path.
 
 --by-launch keys kernels by name and launch shape (grid/block, where the trace has it), so that calls of one kernel
 on different sizes are told apart.
@@ -32,12 +35,21 @@ def short_name(mangled, cache={}):
     return cache[mangled]
 
 
+def label(kind, name):
+    if kind != "kernel":
+        return kind
+    if isinstance(name, tuple):
+        return f"{short_name(name[0])} {name[1]}"
+    return short_name(name)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--top", type=int, default=40)
     ap.add_argument("--min-kernels", type=int, default=100)
     ap.add_argument("--by-launch", action="store_true")
+    ap.add_argument("--sequence", action="store_true")
     a = ap.parse_args()
     dev, api_end = [], {}
     for r in csv.DictReader(open(a.trace)):
@@ -65,37 +77,40 @@ def main():
         latest, idle, host_idle = ks[0][0], 0, 0
         exposed = collections.Counter()
         calls = collections.Counter()
+        added = {}
         for s, e, kind, name, corr, _ in by_end:
             if s > latest:  # the GPU had nothing running
                 idle += s - latest
                 if api_end.get(corr, 0) > latest:
                     host_idle += min(s, api_end[corr]) - latest
-            if kind != "kernel":
-                key = kind
-            elif isinstance(name, tuple):
-                key = f"{short_name(name[0])} {name[1]}"
-            else:
-                key = short_name(name)
+            key = label(kind, name)
             exposed[key] += max(0, e - max(s, latest))
+            added[(s, corr)] = max(0, e - max(s, latest))
             calls[key] += 1
             latest = max(latest, e)
         span = t1 - t0
         n = sum(1 for d in ks if d[2] == "kernel")
         print(f"{span / 1e3:9.1f} {n:8d} {(span - idle) / 1e3:9.1f} {idle / 1e3:9.1f} {host_idle / 1e3:9.1f}")
-        summaries.append((span, exposed, calls, n))
+        summaries.append((span, exposed, calls, n, ks, added))
     if not summaries:
         return
     # Decode steps: those of the commonest kernel count (the context's prefill chunks, and the occasional step that
     # also forks sequences or records the routing, launch other numbers).
     common = collections.Counter(x[3] for x in summaries).most_common(1)[0][0]
     decode = sorted((x for x in summaries if x[3] == common), key=lambda x: x[0])
-    span, exposed, calls, n = decode[len(decode) // 2]
+    span, exposed, calls, n, ks, added = decode[len(decode) // 2]
     print(f"\nmedian step {span / 1e3:.1f} us, {n} kernels; time added to the step by kernel:")
     print(f"{'us':>8} {'calls':>6} {'us/call':>8}  kernel")
     for key, ns in exposed.most_common(a.top):
         print(f"{ns / 1e3:8.1f} {calls[key]:6d} {ns / 1e3 / calls[key]:8.2f}  {key}")
     rest = sum(exposed.values()) - sum(ns for _, ns in exposed.most_common(a.top))
     print(f"{rest / 1e3:8.1f}        (the rest)")
+    if a.sequence:
+        print(f"\nthe median step in start order:\n{'start':>8} {'us':>7} {'added':>7} {'stream':>6}  kernel")
+        t0 = ks[0][0]
+        for s, e, kind, name, corr, stream in ks:
+            print(f"{(s - t0) / 1e3:8.1f} {(e - s) / 1e3:7.2f} {added[(s, corr)] / 1e3:7.2f} {stream:>6}  "
+                  f"{label(kind, name)}")
 
 
 if __name__ == "__main__":

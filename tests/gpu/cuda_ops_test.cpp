@@ -80,6 +80,8 @@ protected:
     HcOutputs hc_on_cpu(const HcInputs& in);
     HcOutputs hc_on_gpu(const HcInputs& in);
     void check_hc_ignores_row_count();
+    void check_hc_post_pre_norm(int64_t rows, int64_t d, int64_t offset, const char* env, const char* value,
+                                const char* profile_name, bool fused);
 };
 
 // fn ~ N(0, fn_std^2), base ~ N(0, 0.25), streams ~ N(0, 1).
@@ -608,11 +610,44 @@ TEST_F(CudaOpsDefaultMode, HyperConnectionsFallBackToSimt) {
     }
 }
 
-// hc_post_pre_norm (the expand of one sublayer and the collapse of the next) gives bitwise hc_post then hc_pre_norm:
-// out, post, comb and the normed rows. With DEEPINFER_CUDA_HC_POST_MIX=1, where the tensor-core dots apply (n = 4,
-// more than 64 rows, d % 32 == 0, 16-byte aligned) the mix's dots make the expand as they load it (the profile names
-// hc_post_mix): the model's shape at 600 and 4,100 rows, 65 rows, d 32 at 17,000 rows (two slabs); the others take
-// the two ops: 64 rows, d 48, streams 4 bytes past alignment, and the switch unset.
+// hc_post_pre_norm (the expand of one sublayer and the collapse of the next) on a backend of its own, against hc_post
+// then hc_pre_norm on gpu_: bitwise the same out, post, comb and normed rows, and `profile_name` in its profile where
+// `fused`; env (name, value; value null: none) set around the call.
+void CudaOps::check_hc_post_pre_norm(int64_t rows, int64_t d, int64_t offset, const char* env, const char* value,
+                                     const char* profile_name, bool fused) {
+    SCOPED_TRACE(testing::Message() << "rows " << rows << " d " << d << " offset " << offset);
+    const int n = 4;
+    const HcInputs in = hc_inputs(n, rows, d, 1.0f / std::sqrt(float(n * d)), offset);
+    const Tensor y = device(host(randn(rows * d), Shape{rows, d})), w = device(host(randn(d), Shape{d}));
+    const std::vector<float> post0 = randn(rows * n), comb0 = randn(rows * n * n, 0.5f);
+    Tensor out_a = poisoned(Shape{rows, n, d}), normed_a = poisoned(Shape{rows, d});
+    Tensor post_a = device(host(post0, Shape{rows, n})), comb_a = device(host(comb0, Shape{rows, n, n}));
+    gpu_->hc_post(out_a, y, post_a, comb_a, in.sd);
+    gpu_->hc_pre_norm(normed_a, post_a, comb_a, out_a, in.mix(true), w.f32(), 1e-6f);
+    gpu_->synchronize();
+    setenv("DEEPINFER_CUDA_PROFILE", "1", 1);
+    if (value) setenv(env, value, 1);
+    const std::unique_ptr<Backend> be = create_backend("cuda", 2);
+    unsetenv("DEEPINFER_CUDA_PROFILE");
+    Tensor out_b = poisoned(Shape{rows, n, d}), normed_b = poisoned(Shape{rows, d});
+    Tensor post_b = device(host(post0, Shape{rows, n})), comb_b = device(host(comb0, Shape{rows, n, n}));
+    gpu_->synchronize();
+    be->take_profile();
+    be->hc_post_pre_norm(out_b, y, post_b, comb_b, in.sd, normed_b, in.mix(true), w.f32(), 1e-6f);
+    be->synchronize();
+    unsetenv(env);
+    const std::string profile = be->take_profile();
+    EXPECT_EQ(profile.find(profile_name) != std::string::npos, fused) << profile;
+    EXPECT_TRUE(same_bits(fetch(out_b), fetch(out_a))) << "out";
+    EXPECT_TRUE(same_bits(fetch(post_b), fetch(post_a))) << "post";
+    EXPECT_TRUE(same_bits(fetch(comb_b), fetch(comb_a))) << "comb";
+    EXPECT_TRUE(same_bits(fetch(normed_b), fetch(normed_a))) << "normed";
+}
+
+// With DEEPINFER_CUDA_HC_POST_MIX=1, where the tensor-core dots apply (n = 4, more than 64 rows, d % 32 == 0, 16-byte
+// aligned) the mix's dots make the expand as they load it (the profile names hc_post_mix): the model's shape at 600
+// and 4,100 rows, 65 rows, d 32 at 17,000 rows (two slabs); the others take the two ops (or, at 64 rows, the
+// few-token path below): 64 rows, d 48, streams 4 bytes past alignment, and the switch unset.
 TEST_F(CudaOpsDefaultMode, HcPostPreNormIsTheTwoOpsBitwise) {
     struct Case {
         int64_t rows, d, offset;
@@ -622,37 +657,24 @@ TEST_F(CudaOpsDefaultMode, HcPostPreNormIsTheTwoOpsBitwise) {
     for (Case k : {Case{600, 4096, 0, true, "1"}, Case{4100, 4096, 0, true, "1"}, Case{65, 64, 0, true, "1"},
                    Case{17000, 32, 0, true, "1"}, Case{64, 4096, 0, false, "1"}, Case{300, 48, 0, true, "1"},
                    Case{300, 36, 0, true, "1"}, Case{300, 50, 0, false, "1"}, Case{300, 512, 1, false, "1"},
-                   Case{600, 4096, 0, false, nullptr}}) {
-        SCOPED_TRACE(testing::Message() << "rows " << k.rows << " d " << k.d << " offset " << k.offset);
-        const int n = 4;
-        const int64_t rows = k.rows, d = k.d;
-        const HcInputs in = hc_inputs(n, rows, d, 1.0f / std::sqrt(float(n * d)), k.offset);
-        const Tensor y = device(host(randn(rows * d), Shape{rows, d})), w = device(host(randn(d), Shape{d}));
-        const std::vector<float> post0 = randn(rows * n), comb0 = randn(rows * n * n, 0.5f);
-        // Two ops on gpu_; the call on a profiled backend sharing the device memory.
-        Tensor out_a = poisoned(Shape{rows, n, d}), normed_a = poisoned(Shape{rows, d});
-        Tensor post_a = device(host(post0, Shape{rows, n})), comb_a = device(host(comb0, Shape{rows, n, n}));
-        gpu_->hc_post(out_a, y, post_a, comb_a, in.sd);
-        gpu_->hc_pre_norm(normed_a, post_a, comb_a, out_a, in.mix(true), w.f32(), 1e-6f);
-        gpu_->synchronize();
-        setenv("DEEPINFER_CUDA_PROFILE", "1", 1);
-        if (k.env) setenv("DEEPINFER_CUDA_HC_POST_MIX", k.env, 1);
-        const std::unique_ptr<Backend> be = create_backend("cuda", 2);
-        unsetenv("DEEPINFER_CUDA_PROFILE");
-        Tensor out_b = poisoned(Shape{rows, n, d}), normed_b = poisoned(Shape{rows, d});
-        Tensor post_b = device(host(post0, Shape{rows, n})), comb_b = device(host(comb0, Shape{rows, n, n}));
-        gpu_->synchronize();
-        be->take_profile();
-        be->hc_post_pre_norm(out_b, y, post_b, comb_b, in.sd, normed_b, in.mix(true), w.f32(), 1e-6f);
-        be->synchronize();
-        unsetenv("DEEPINFER_CUDA_HC_POST_MIX");
-        const std::string profile = be->take_profile();
-        EXPECT_EQ(profile.find("hc_post_mix") != std::string::npos, k.fused) << profile;
-        EXPECT_TRUE(same_bits(fetch(out_b), fetch(out_a))) << "out";
-        EXPECT_TRUE(same_bits(fetch(post_b), fetch(post_a))) << "post";
-        EXPECT_TRUE(same_bits(fetch(comb_b), fetch(comb_a))) << "comb";
-        EXPECT_TRUE(same_bits(fetch(normed_b), fetch(normed_a))) << "normed";
-    }
+                   Case{600, 4096, 0, false, nullptr}})
+        check_hc_post_pre_norm(k.rows, k.d, k.offset, "DEEPINFER_CUDA_HC_POST_MIX", k.env, "hc_post_mix", k.fused);
+}
+
+// For a few tokens (decode) the few-token dots make the expand as they stage it (profile name hc_post_pre_norm) where
+// d is a multiple of 512, the inputs 16-byte aligned and at most 64 rows: 1, 2, 5, 17 and 64 rows at the model's d,
+// 3 rows at d 512; d 48, streams 4 bytes past alignment and DEEPINFER_CUDA_HC_POST_DOTS=0 take the two ops.
+TEST_F(CudaOpsDefaultMode, HcPostPreNormFewTokensIsTheTwoOpsBitwise) {
+    struct Case {
+        int64_t rows, d, offset;
+        bool fused;
+        const char* off;  // DEEPINFER_CUDA_HC_POST_DOTS
+    };
+    for (Case k : {Case{1, 4096, 0, true, nullptr}, Case{2, 4096, 0, true, nullptr}, Case{5, 4096, 0, true, nullptr},
+                   Case{17, 4096, 0, true, nullptr}, Case{64, 4096, 0, true, nullptr}, Case{3, 512, 0, true, nullptr},
+                   Case{3, 48, 0, false, nullptr}, Case{3, 512, 1, false, nullptr}, Case{2, 4096, 0, false, "0"}})
+        check_hc_post_pre_norm(k.rows, k.d, k.offset, "DEEPINFER_CUDA_HC_POST_DOTS", k.off, "hc_post_pre_norm",
+                               k.fused);
 }
 
 // Times a sublayer boundary's expand + collapse at a prefill's shape (16,384 tokens, d 4096): hc_post then

@@ -645,6 +645,15 @@ public:
                           TensorView normed, const HcParams& p, const float* norm_weight, float eps) override {
         const cuda::HcDesc desc = hc_describe(p);
         const int64_t t = streams.dim(0), d = streams.ndim() == 3 ? streams.dim(2) : 0;
+        if (hc_post_dots() && streams.ndim() == 3 && streams.dim(1) == p.n && out.numel() == streams.numel() &&
+            y.numel() == t * d && normed.numel() == t * d &&
+            cuda::hc_post_pre_norm_fused_applies(p.n, t, d, out.f32(), y.f32(), streams.f32(), normed.f32(),
+                                                 norm_weight, desc)) {
+            const auto op = profiler_->scope("hc_post_pre_norm");
+            cuda::launch_hc_post_pre_norm_fused(normed.f32(), post.f32(), comb.f32(), out.f32(), y.f32(), streams.f32(),
+                                                t, d, desc, norm_weight, eps, stream_);
+            return;
+        }
         if (!hc_post_mix_ || streams.ndim() != 3 || out.numel() != streams.numel() || y.numel() != t * d ||
             normed.numel() != t * d || !cuda::hc_collapse_norm_applies(p.n, d, normed.f32(), out.f32(), norm_weight) ||
             !cuda::hc_post_mix_applies(t, d, out.f32(), y.f32(), streams.f32(), desc)) {
@@ -659,6 +668,12 @@ public:
         }
         const auto op = profiler_->scope("hc_collapse_norm");
         cuda::launch_hc_collapse_norm(normed.f32(), out.f32(), pre.f32(), norm_weight, t, p.n, d, eps, stream_);
+    }
+    // The few-token expand made by the next mix's dots (launch_hc_post_pre_norm_fused); DEEPINFER_CUDA_HC_POST_DOTS=0
+    // keeps hc_post's own launch (read each call, so that one process can time both).
+    static bool hc_post_dots() {
+        const char* v = std::getenv("DEEPINFER_CUDA_HC_POST_DOTS");
+        return !(v && std::string(v) == "0");
     }
     void hc_head(TensorView out, TensorView streams, const HcParams& p) override {
         const auto op = profiler_->scope("hc_head");

@@ -867,19 +867,33 @@ __global__ void __launch_bounds__(kThreads) routed_plan_kernel(const PlanArgs a)
     }
     // Expert e's tiles are [F tile0[e], F tile0[e + 1]) of a list of F feature tiles per token tile, feature tile
     // major within them: tile i belongs to the last expert whose first token tile is at or before i / F (that
-    // expert has tiles).
+    // expert has tiles). Where the token tiles fit in seg (no longer needed: decode always), each token tile's
+    // expert is written there first, so that a list entry takes one shared-memory load instead of a binary search
+    // over the experts (8 dependent loads at 256: most of the kernel's time at decode batch 32, ~8,400 entries a
+    // list). H200, 8-layer decode step at batch 32: 4.9 us a call against 9.6 with the search.
     const int tokens = tile0[E];
+    int* expert_of_tile = tokens <= kPlanWarps * B ? seg : nullptr;  // [tokens]
+    if (expert_of_tile) {
+        __syncthreads();  // every seg read above is done
+        for (int b = tid; b < E; b += kThreads)
+            for (int q = tile0[b]; q < tile0[b + 1]; ++q) expert_of_tile[q] = b;
+        __syncthreads();
+    }
+    const auto expert_of = [&](int q) {
+        if (expert_of_tile) return expert_of_tile[q];
+        int l = 0, h = E - 1;
+        while (l < h) {
+            const int mid = (l + h + 1) / 2;
+            if (tile0[mid] <= q)
+                l = mid;
+            else
+                h = mid - 1;
+        }
+        return l;
+    };
     const auto emit = [&](Tile* tiles, int features, int width) {
         for (int i = tid; i < tokens * features; i += kThreads) {
-            const int q = i / features;
-            int l = 0, h = E - 1;
-            while (l < h) {
-                const int mid = (l + h + 1) / 2;
-                if (tile0[mid] <= q)
-                    l = mid;
-                else
-                    h = mid - 1;
-            }
+            const int l = expert_of(i / features);
             const int nt = tile0[l + 1] - tile0[l], j = i - features * tile0[l], t = j % nt;
             tiles[i] = Tile{l, (j / nt) * width, row0[l] + t * kMaxN, min(kMaxN, count[l] - t * kMaxN)};
         }

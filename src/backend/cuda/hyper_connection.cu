@@ -77,15 +77,31 @@ __device__ __forceinline__ float fma4(float4 x, float4 w, float acc) {
     return fmaf(x.w, w.w, acc);
 }
 
+// The expand of the sublayer before the mix (n = 4), made by the few-token dots as they stage f (hc_post's
+// arithmetic, so the streams are bitwise hc_post_vec_kernel<4>'s): out = the new streams f [T, 4, d], y [T, d],
+// post [T, 4], comb [T, 4, 4], old [T, 4, d]; d a multiple of kChunk, so that a chunk lies in one stream.
+struct FewExpand {
+    float4* out;
+    const float4* y;
+    const float* post;
+    const float* comb;
+    const float4* old;
+    int64_t d4;  // d / 4
+};
+
 // Few tokens (decode). Block (chunk c, group of G tokens); warp a computes slice a; lane v owns virtual row v
 // (v == M: sum of squares) and keeps its 64 fn values of the slice in registers for all the group's tokens, whose
 // dots it computes together (G independent FMA chains, each token's the same serial chain as alone). The group's f
-// chunk is staged in shared memory while the fn loads are in flight.
+// chunk is staged in shared memory while the fn loads are in flight; with kExpand, made there from the sublayer's
+// output and the old streams (FewExpand) and written out as well: one launch, and one dependent launch's latency,
+// fewer than hc_post then the dots (f is not read: the arguments f and vec are unused). H200, 8-layer decode step
+// (CUPTI, time a call adds to the step): 4.7 us a boundary at batch 1 against 3.5 + 1.9 for the dots and hc_post,
+// 9.6 against 7.8 + 2.7 at batch 32.
 // part: [T, chunks, M + 1] f32; f: [T, W] f32; fn: [M, W] f32.
-template <int G>
+template <int G, bool kExpand = false>
 __global__ void __launch_bounds__(kThreads)
     hc_dots_few_kernel(float* __restrict__ part, const float* __restrict__ f, const float* __restrict__ fn,
-                       int64_t tokens, int64_t width, int rows, int chunks, bool vec) {
+                       int64_t tokens, int64_t width, int rows, int chunks, bool vec, FewExpand ex) {
     pdl_prologue();  // see pdl.cuh
     extern __shared__ __align__(16) float smem[];
     float* fs = smem;                // [G tokens, 512] f32: the group's chunk (zeros past the tokens)
@@ -96,7 +112,22 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = threadIdx.x; i < G * kChunk / 4; i += kThreads) {
         const int r = i / (kChunk / 4), q = i % (kChunk / 4);
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (r < nt) v = load4(f + (t0 + r) * width, k0 + 4 * q, width, vec);
+        if constexpr (kExpand) {
+            if (r < nt) {  // stream k's float4 column j of token t: hc_post_vec_kernel<4>'s sums
+                const int64_t t = t0 + r, k = k0 / (4 * ex.d4), j = (k0 % (4 * ex.d4)) / 4 + q;
+                const float4 yv = ex.y[t * ex.d4 + j];
+                float4 sv[4];
+#pragma unroll
+                for (int s = 0; s < 4; ++s) sv[s] = ex.old[(t * 4 + s) * ex.d4 + j];
+                const float pk = ex.post[t * 4 + k];
+                v = make_float4(pk * yv.x, pk * yv.y, pk * yv.z, pk * yv.w);
+#pragma unroll
+                for (int s = 0; s < 4; ++s) v = fma4v(ex.comb[(t * 4 + s) * 4 + k], sv[s], v);
+                ex.out[(t * 4 + k) * ex.d4 + j] = v;
+            }
+        } else {
+            if (r < nt) v = load4(f + (t0 + r) * width, k0 + 4 * q, width, vec);
+        }
         reinterpret_cast<float4*>(fs)[i] = v;
     }
     float4 w[kSteps * 4];  // fn_v at k0 + s * 128 + a * 16 + 4 q, index s * 4 + q
@@ -460,28 +491,42 @@ int chunks_for(int64_t width) { return static_cast<int>((width + kChunk - 1) / k
 
 // part [tokens, chunks, rows + 1] = the chunk partials of f [tokens, width] against fn [rows, width] and of the
 // sums of squares. The kernel and tile choice only affect speed (see the top of the file).
+// Shared memory of the few-token dots for groups of g tokens: their chunk and slice sums.
+size_t few_dots_smem(int g, int rows) { return (g * kChunk + g * kWarps * (rows + 1)) * sizeof(float); }
+
+// The few-token dots over `chunks` chunks, their group size by the token count; with an expand (non-null), made from
+// it (hc_dots_few_kernel<G, true>).
+void launch_dots_few(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows, bool vec,
+                     const FewExpand* expand, cudaStream_t stream) {
+    const int chunks = chunks_for(width);
+    // Tokens a block: 1, 2 up to 16 tokens, else 4. The kernel is latency-bound (ncu, 32 tokens in groups of 8:
+    // 128 blocks of 8 warps, 0.27 instructions a cycle a scheduler, 11.4 us), so more blocks of fewer tokens each
+    // beat reading fn once per 8 tokens (fn is 1.5 MB, read from L2 once a group). H200, 8-layer decode step:
+    // 6.7 -> 4.5 us a call at batch 8, 9.7 -> 7.8 at batch 32.
+    const auto launch = [&](auto plain, auto expanding, int group) {
+        const dim3 grid(static_cast<unsigned>(chunks), blocks_for(tokens, group));
+        if (expand)
+            launch_pdl(expanding, grid, kThreads, few_dots_smem(group, rows), stream, part, f, fn, tokens, width, rows,
+                       chunks, vec, *expand);
+        else
+            launch_pdl(plain, grid, kThreads, few_dots_smem(group, rows), stream, part, f, fn, tokens, width, rows,
+                       chunks, vec, FewExpand{});
+    };
+    if (tokens == 1)
+        launch(hc_dots_few_kernel<1>, hc_dots_few_kernel<1, true>, 1);
+    else if (tokens <= 16)
+        launch(hc_dots_few_kernel<2>, hc_dots_few_kernel<2, true>, 2);
+    else
+        launch(hc_dots_few_kernel<kMaxGroupTokens>, hc_dots_few_kernel<kMaxGroupTokens, true>, kMaxGroupTokens);
+}
+
 void launch_dots(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
                  cudaStream_t stream) {
     const int chunks = chunks_for(width);
     const bool vec =
         width % 4 == 0 && reinterpret_cast<uintptr_t>(f) % 16 == 0 && reinterpret_cast<uintptr_t>(fn) % 16 == 0;
-    // Shared memory of the few-token kernel for groups of g tokens: their chunk and slice sums.
-    const auto few_smem = [&](int g) { return (g * kChunk + g * kWarps * (rows + 1)) * sizeof(float); };
-    if (tokens <= kFewTokens && few_smem(kMaxGroupTokens) <= 48 * 1024) {
-        // Tokens a block: 1, 2 up to 16 tokens, else 4. The kernel is latency-bound (ncu, 32 tokens in groups of 8:
-        // 128 blocks of 8 warps, 0.27 instructions a cycle a scheduler, 11.4 us), so more blocks of fewer tokens each
-        // beat reading fn once per 8 tokens (fn is 1.5 MB, read from L2 once a group). H200, 8-layer decode step:
-        // 6.7 -> 4.5 us a call at batch 8, 9.7 -> 7.8 at batch 32.
-        const auto launch = [&](auto kernel, int group) {
-            const dim3 grid(static_cast<unsigned>(chunks), blocks_for(tokens, group));
-            launch_pdl(kernel, grid, kThreads, few_smem(group), stream, part, f, fn, tokens, width, rows, chunks, vec);
-        };
-        if (tokens == 1)
-            launch(hc_dots_few_kernel<1>, 1);
-        else if (tokens <= 16)
-            launch(hc_dots_few_kernel<2>, 2);
-        else
-            launch(hc_dots_few_kernel<kMaxGroupTokens>, kMaxGroupTokens);
+    if (tokens <= kFewTokens && few_dots_smem(kMaxGroupTokens, rows) <= 48 * 1024) {
+        launch_dots_few(part, f, tokens, width, fn, rows, vec, nullptr, stream);
     } else {
         // 24 rows per block reads f once for the whole mix; with few tokens, 8 rows per block triples the
         // blocks (f is re-read from L2) so that the grid still fills the GPU.
@@ -583,22 +628,64 @@ bool hc_pre_norm_fused_applies(int64_t n, int64_t rows, int64_t d, const float* 
     return n == 4 && rows <= kFewTokens && hc_collapse_norm_applies(n, d, out, streams, weight);
 }
 
-void launch_hc_pre_norm_fused(float* out, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
-                              const HcDesc& p, const float* weight, float eps, cudaStream_t stream) {
-    if (rows == 0) return;
-    DI_ICHECK(hc_pre_norm_fused_applies(p.n, rows, d, out, streams, weight), "hc_pre_norm_fused: n ", p.n, ", ", rows,
-              " rows, d ", d);
+namespace {
+// A few tokens' (n = 4) mix and collapse-norm of streams [rows, 4, d]: dots(part) launches the dots into the partials
+// scratch part [rows, chunks, 25], then hc_finish_collapse_norm_kernel makes post, comb and the normed rows out. The
+// finish rewrites post and comb, which the dots may read: it starts once they are done (PDL waits for the whole grid
+// before its first instruction past the prologue).
+template <typename Dots>
+void few_token_pre_norm(float* out, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
+                        const HcDesc& p, const float* weight, float eps, cudaStream_t stream, Dots dots) {
     constexpr int mix_rows = 24;
-    const int64_t width = 4 * d;
-    const int chunks = chunks_for(width);
-    float* part = scratch_floats(rows * chunks * (mix_rows + 1), stream);  // [rows, chunks, 25] f32
-    launch_dots(part, streams, rows, width, p.fn, mix_rows, stream);
+    const int chunks = chunks_for(4 * d);
+    float* part = scratch_floats(rows * chunks * (mix_rows + 1), stream);
+    dots(part, mix_rows);
+    DI_CUDA_LAUNCH_CHECK();
     const int finish_blocks = static_cast<int>(blocks_for(rows, kFinishTokens));
     launch_pdl(hc_finish_collapse_norm_kernel, static_cast<unsigned>(finish_blocks + rows), kNormThreads, 0, stream,
                post, comb, out, part, reinterpret_cast<const float4*>(streams), weight, rows, chunks, d, eps, p,
                finish_blocks);
     DI_CUDA_LAUNCH_CHECK();
     DI_CUDA_CHECK(cudaFreeAsync(part, stream));
+}
+}  // namespace
+
+void launch_hc_pre_norm_fused(float* out, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
+                              const HcDesc& p, const float* weight, float eps, cudaStream_t stream) {
+    if (rows == 0) return;
+    DI_ICHECK(hc_pre_norm_fused_applies(p.n, rows, d, out, streams, weight), "hc_pre_norm_fused: n ", p.n, ", ", rows,
+              " rows, d ", d);
+    few_token_pre_norm(out, post, comb, streams, rows, d, p, weight, eps, stream, [&](float* part, int mix_rows) {
+        launch_dots(part, streams, rows, 4 * d, p.fn, mix_rows, stream);
+    });
+}
+
+bool hc_post_pre_norm_fused_applies(int64_t n, int64_t rows, int64_t d, const float* out, const float* y,
+                                    const float* old, const float* normed, const float* weight, const HcDesc& p) {
+    const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+    const auto* o = reinterpret_cast<const char*>(out);
+    const auto* s = reinterpret_cast<const char*>(old);
+    const size_t bytes = static_cast<size_t>(rows * n * d) * sizeof(float);
+    return hc_pre_norm_fused_applies(n, rows, d, normed, out, weight) && d % kChunk == 0 && aligned(y) &&
+           aligned(old) && aligned(p.fn) && (o + bytes <= s || s + bytes <= o) &&  // blocks read every old stream
+           few_dots_smem(kMaxGroupTokens, (2 + n) * n) <= 48 * 1024;
+}
+
+void launch_hc_post_pre_norm_fused(float* normed, float* post, float* comb, float* out, const float* y,
+                                   const float* old, int64_t rows, int64_t d, const HcDesc& p, const float* weight,
+                                   float eps, cudaStream_t stream) {
+    if (rows == 0) return;
+    DI_ICHECK(hc_post_pre_norm_fused_applies(p.n, rows, d, out, y, old, normed, weight, p),
+              "hc_post_pre_norm_fused: n ", p.n, ", ", rows, " rows, d ", d);
+    const FewExpand expand{reinterpret_cast<float4*>(out),
+                           reinterpret_cast<const float4*>(y),
+                           post,
+                           comb,
+                           reinterpret_cast<const float4*>(old),
+                           d / 4};
+    few_token_pre_norm(normed, post, comb, out, rows, d, p, weight, eps, stream, [&](float* part, int mix_rows) {
+        launch_dots_few(part, out, rows, 4 * d, p.fn, mix_rows, true, &expand, stream);
+    });
 }
 
 void launch_hc_head_pre(float* pre, const float* streams, int64_t rows, int64_t d, const HcDesc& p,

@@ -185,6 +185,15 @@ bool hc_pre_norm_fused_applies(int64_t n, int64_t rows, int64_t d, const float* 
                                const float* weight);
 void launch_hc_pre_norm_fused(float* out, float* post, float* comb, const float* streams, int64_t rows, int64_t d,
                               const HcDesc& p, const float* weight, float eps, cudaStream_t stream);
+// launch_hc_post(out, y, post, comb, old) then launch_hc_pre_norm_fused(normed, post, comb, out) in two launches
+// instead of three, bitwise the same: the few-token dots make the new streams as they stage them. Applies where
+// hc_pre_norm_fused_applies does, with d a multiple of 512, y, old and the mix weights 16-byte aligned and out
+// apart from old.
+bool hc_post_pre_norm_fused_applies(int64_t n, int64_t rows, int64_t d, const float* out, const float* y,
+                                    const float* old, const float* normed, const float* weight, const HcDesc& p);
+void launch_hc_post_pre_norm_fused(float* normed, float* post, float* comb, float* out, const float* y,
+                                   const float* old, int64_t rows, int64_t d, const HcDesc& p, const float* weight,
+                                   float eps, cudaStream_t stream);
 void launch_hc_collapse(float* out, const float* streams, const float* pre, int64_t rows, int64_t n, int64_t d,
                         cudaStream_t stream);
 void launch_hc_post(float* out, const float* y, const float* post, const float* comb, const float* streams,
