@@ -638,15 +638,17 @@ public:
         cuda::launch_hc_post(out.f32(), y.f32(), post.f32(), comb.f32(), streams.f32(), streams.dim(0), streams.dim(1),
                              streams.dim(2), stream_);
     }
-    // With DEEPINFER_CUDA_HC_POST_MIX=1, the expand made by the mix's tensor-core dots as they load it
+    // Up to 64 tokens, the expand made by the few-token mix dots as they stage it (hc_post_dots). Above that, with
+    // DEEPINFER_CUDA_HC_POST_MIX=1, the expand made by the mix's tensor-core dots as they load it
     // (launch_hc_post_mix: bitwise hc_post then hc_pre_norm, with one read of the new streams fewer) where that
     // applies. Off by default: slower so far (1.39 against 1.28 ms a call at 16K tokens; hc_dots_tc.cu says why).
     void hc_post_pre_norm(TensorView out, TensorView y, TensorView post, TensorView comb, TensorView streams,
                           TensorView normed, const HcParams& p, const float* norm_weight, float eps) override {
         const cuda::HcDesc desc = hc_describe(p);
         const int64_t t = streams.dim(0), d = streams.ndim() == 3 ? streams.dim(2) : 0;
-        if (hc_post_dots() && streams.ndim() == 3 && streams.dim(1) == p.n && out.numel() == streams.numel() &&
-            y.numel() == t * d && normed.numel() == t * d &&
+        const bool shapes = streams.ndim() == 3 && streams.dim(1) == p.n && out.numel() == streams.numel() &&
+                            y.numel() == t * d && normed.numel() == t * d;
+        if (shapes && hc_post_dots() &&
             cuda::hc_post_pre_norm_fused_applies(p.n, t, d, out.f32(), y.f32(), streams.f32(), normed.f32(),
                                                  norm_weight, desc)) {
             const auto op = profiler_->scope("hc_post_pre_norm");
@@ -654,8 +656,7 @@ public:
                                                 t, d, desc, norm_weight, eps, stream_);
             return;
         }
-        if (!hc_post_mix_ || streams.ndim() != 3 || out.numel() != streams.numel() || y.numel() != t * d ||
-            normed.numel() != t * d || !cuda::hc_collapse_norm_applies(p.n, d, normed.f32(), out.f32(), norm_weight) ||
+        if (!hc_post_mix_ || !shapes || !cuda::hc_collapse_norm_applies(p.n, d, normed.f32(), out.f32(), norm_weight) ||
             !cuda::hc_post_mix_applies(t, d, out.f32(), y.f32(), streams.f32(), desc)) {
             Backend::hc_post_pre_norm(out, y, post, comb, streams, normed, p, norm_weight, eps);
             return;
@@ -673,7 +674,7 @@ public:
     // keeps hc_post's own launch (read each call, so that one process can time both).
     static bool hc_post_dots() {
         const char* v = std::getenv("DEEPINFER_CUDA_HC_POST_DOTS");
-        return !(v && std::string(v) == "0");
+        return !(v && !std::strcmp(v, "0"));
     }
     void hc_head(TensorView out, TensorView streams, const HcParams& p) override {
         const auto op = profiler_->scope("hc_head");

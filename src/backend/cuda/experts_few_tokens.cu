@@ -26,7 +26,7 @@
 // Work item: one slot's 16-row A tile (8 features for gate/up, 16 for down). Block: up to 8 warps along K (k_split:
 // warp w takes 128-k blocks NKB w .. NKB w + NKB - 1); the warps' column-0 sums meet in shared memory and are added in
 // warp order (deterministic, independent of the other slots and of which block takes the item). Blocks are
-// persistent, two an SM (three for down at K 2048: kBlocksPerSm), each walking a run of items with the next item's
+// persistent, two an SM (three for down at K 2048: blocks_per_sm), each walking a run of items with the next item's
 // weights in flight while it multiplies the current one (few_tokens_kernel). Numerics as the wgmma kernels': x and h
 // rounded to bf16, weights exact, fp32 accumulation, SwiGLU in fp32.
 #include <cuda_bf16.h>
@@ -170,16 +170,15 @@ __device__ __forceinline__ void load_item(ItemLoads<NKB>& l, const FewTokensPara
 }
 
 // Blocks an SM the registers allow: 2, or 3 for the down product at NKB <= 2 (72 registers, no spills;
-// gate/up takes 123 and NKB 4 spills at 80).
-template <bool kGateUp, int NKB>
-constexpr int kBlocksPerSm = !kGateUp && NKB <= 2 ? 3 : 2;
+// gate/up takes 123 and NKB 4 spills at 80). The kernel's launch bounds and the persistent grid's default.
+constexpr int blocks_per_sm(bool gate_up, int nkb) { return !gate_up && nkb <= 2 ? 3 : 2; }
 
 // Block: items [blockIdx.x per, + per) in order (item = slot x tiles + tile, so a block's items share their slot's
 // activations and walk adjacent weight rows), each warp loading the next item's weights before it multiplies the
-// current one's. per = 1 (a block an item, DEEPINFER_CUDA_FEW_TOKENS_PERSISTENT=0) or enough for kBlocksPerSm blocks an
-// SM.
+// current one's. per = 1 (a block an item, DEEPINFER_CUDA_FEW_TOKENS_PERSISTENT=0) or enough for the persistent grid
+// (few_tokens_grid).
 template <bool kGateUp, int NKB>
-__global__ void __launch_bounds__(32 * kMaxWarps, kBlocksPerSm<kGateUp, NKB>)
+__global__ void __launch_bounds__(32 * kMaxWarps, blocks_per_sm(kGateUp, NKB))
     few_tokens_kernel(const FewTokensParams p, int items, int per) {
     pdl_prologue();  // see pdl.cuh
     extern __shared__ __align__(16) unsigned char smem[];
@@ -247,34 +246,31 @@ bool few_tokens_persistent() {
     return mode == "1";
 }
 
-// DEEPINFER_CUDA_FEW_TOKENS_GRID (read per call): the number of persistent blocks of both products; 0 or unset, two an
-// SM for gate/up and few_tokens_down_grid's for down. Fewer leave
-// SMs to the kernels of the side queue (the shared expert) running beside them.
-int64_t few_tokens_grid() {
+// The persistent grid of a product (both read per call): DEEPINFER_CUDA_FEW_TOKENS_GRID blocks for both products
+// where set (fewer leave SMs to the kernels of the side queue, the shared expert, running beside them), else
+// blocks_per_sm an SM, down's overridden by DEEPINFER_CUDA_FEW_TOKENS_DOWN_PER_SM (1-3). Three for down at K 2048
+// instead of two (more loads in flight), H200 (gemv_bench --experts-only, the routed FFN, D 4096, I 2048): 36.9 / 63.5
+// / 116 / 219 us at 1 / 2 / 4 / 8 tokens against 40.9 / 72.4 / 134.5 / 255.2.
+int64_t few_tokens_grid(bool gate_up, int nkb) {
     const char* v = std::getenv("DEEPINFER_CUDA_FEW_TOKENS_GRID");
     const int64_t n = v && *v ? std::atoll(v) : 0;
     DI_CHECK(n >= 0 && n <= 65535, "DEEPINFER_CUDA_FEW_TOKENS_GRID must be 0-65535, not '", v ? v : "", "'");
-    return n > 0 ? n : 2 * device_sm_count();
-}
-
-// DEEPINFER_CUDA_FEW_TOKENS_DOWN_PER_SM (read per call): persistent blocks an SM of the down product where
-// DEEPINFER_CUDA_FEW_TOKENS_GRID is unset (1-3; default: as many as its registers allow, kBlocksPerSm, 3 at NKB <= 2):
-// more loads in flight. H200 (gemv_bench --experts-only, the routed FFN, D 4096, I 2048): 36.9 / 63.5 / 116 / 219 us at
-// 1 / 2 / 4 / 8 tokens against 40.9 / 72.4 / 134.5 / 255.2 with 2.
-int64_t few_tokens_down_grid(int64_t inter) {
-    if (const char* g = std::getenv("DEEPINFER_CUDA_FEW_TOKENS_GRID"); g && *g) return few_tokens_grid();
-    const char* v = std::getenv("DEEPINFER_CUDA_FEW_TOKENS_DOWN_PER_SM");
-    const int64_t n = v && *v ? std::atoll(v) : k_split(inter).nkb <= 2 ? 3 : 2;
-    DI_CHECK(n >= 1 && n <= 3, "DEEPINFER_CUDA_FEW_TOKENS_DOWN_PER_SM must be 1-3, not '", v ? v : "", "'");
-    return n * device_sm_count();
+    if (n > 0) return n;
+    int64_t per_sm = blocks_per_sm(gate_up, nkb);
+    const char* down = gate_up ? nullptr : std::getenv("DEEPINFER_CUDA_FEW_TOKENS_DOWN_PER_SM");
+    if (down && *down) {
+        per_sm = std::atoll(down);
+        DI_CHECK(per_sm >= 1 && per_sm <= 3, "DEEPINFER_CUDA_FEW_TOKENS_DOWN_PER_SM must be 1-3, not '", down, "'");
+    }
+    return per_sm * device_sm_count();
 }
 
 template <bool kGateUp>
-void launch_product(const FewTokensParams& p, int64_t slots, bool persistent, int64_t grid_cap, cudaStream_t stream) {
+void launch_product(const FewTokensParams& p, int64_t slots, bool persistent, cudaStream_t stream) {
     const KSplit ks = k_split(p.k);
     const int64_t items = slots * (p.n / (kGateUp ? 8 : 16));
     DI_ICHECK(items < INT32_MAX, "routed_experts_few_tokens: ", items, " items");
-    const int64_t blocks = persistent ? std::min<int64_t>(items, grid_cap) : items;
+    const int64_t blocks = persistent ? std::min<int64_t>(items, few_tokens_grid(kGateUp, ks.nkb)) : items;
     const int per = static_cast<int>(ceil_div(items, blocks));
     const dim3 grid(static_cast<unsigned>(ceil_div(items, per)));
     const int threads = 32 * ks.warps;
@@ -322,12 +318,11 @@ void launch_routed_experts_few_tokens(float* out, const float* x, const int32_t*
                                   static_cast<int>(inter),
                                   swiglu_limit};
     const bool persistent = few_tokens_persistent();
-    const int64_t grid_cap = persistent ? few_tokens_grid() : 0;
-    launch_product<true>(gate_up, rows, persistent, grid_cap, stream);
+    launch_product<true>(gate_up, rows, persistent, stream);
     FewTokensParams down = gate_up;
     down.x = nullptr, down.h_in = h, down.h_out = nullptr, down.out = out;
     down.k = static_cast<int>(inter), down.n = static_cast<int>(d);
-    launch_product<false>(down, rows, persistent, persistent ? few_tokens_down_grid(inter) : 0, stream);
+    launch_product<false>(down, rows, persistent, stream);
     DI_CUDA_CHECK(cudaFreeAsync(h, stream));
 }
 

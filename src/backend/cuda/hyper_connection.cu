@@ -489,13 +489,11 @@ float* scratch_floats(int64_t n, cudaStream_t stream) {
 
 int chunks_for(int64_t width) { return static_cast<int>((width + kChunk - 1) / kChunk); }
 
-// part [tokens, chunks, rows + 1] = the chunk partials of f [tokens, width] against fn [rows, width] and of the
-// sums of squares. The kernel and tile choice only affect speed (see the top of the file).
 // Shared memory of the few-token dots for groups of g tokens: their chunk and slice sums.
 size_t few_dots_smem(int g, int rows) { return (g * kChunk + g * kWarps * (rows + 1)) * sizeof(float); }
 
-// The few-token dots over `chunks` chunks, their group size by the token count; with an expand (non-null), made from
-// it (hc_dots_few_kernel<G, true>).
+// launch_dots' few-token kernels (tokens <= kFewTokens), their group size by the token count; with an expand
+// (non-null), f made from it (hc_dots_few_kernel<G, true>).
 void launch_dots_few(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows, bool vec,
                      const FewExpand* expand, cudaStream_t stream) {
     const int chunks = chunks_for(width);
@@ -520,6 +518,8 @@ void launch_dots_few(float* part, const float* f, int64_t tokens, int64_t width,
         launch(hc_dots_few_kernel<kMaxGroupTokens>, hc_dots_few_kernel<kMaxGroupTokens, true>, kMaxGroupTokens);
 }
 
+// part [tokens, chunks, rows + 1] = the chunk partials of f [tokens, width] against fn [rows, width] and of the
+// sums of squares. The kernel and tile choice only affect speed (see the top of the file).
 void launch_dots(float* part, const float* f, int64_t tokens, int64_t width, const float* fn, int rows,
                  cudaStream_t stream) {
     const int chunks = chunks_for(width);
