@@ -13,7 +13,9 @@
 // kernels planned on the device (launch_routed_experts_wgmma, Backend::routed_experts on Hopper), GB/s over the three
 // weights of the distinct experts, and the two outputs' relative difference; at 1-8 tokens also the few-token kernels
 // (launch_routed_experts_few_tokens, which the backend takes up to kRoutedFewTokensMax tokens) and their output's
-// difference.
+// difference, and where the experts' scales let them (experts_fp8_prepare) the FP8 decode products
+// (launch_routed_experts_wgmma with an FP8 table, DEEPINFER_CUDA_FP8_DECODE_EXPERTS) with their output's difference
+// from the bf16 rings'.
 // FP8 weights also take the FP8 mma GEMV at 1, 2 and 4 rows, against the fp32 GEMV (1 row) or the wgmma GEMV.
 // --wgmma-plans instead times each launch plan of the wgmma GEMV (run_wgmma_plans), --gemv-splits each split of the
 // fp32 GEMV (run_gemv_splits).
@@ -34,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/experts_fp8.h"
 #include "backend/cuda/experts_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weight_chunks.cuh"
@@ -323,16 +326,29 @@ void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
     CHECK(cudaMalloc(&ptrs_d, ptrs.size()));
     CHECK(cudaMemcpy(ptrs_d, ptrs.data(), ptrs.size(), cudaMemcpyHostToDevice));
     const bool fast1 = expert_linear_streams(t1.data(), kExperts), fast2 = expert_linear_streams(t2.data(), kExperts);
+    // The FP8 decode products' table (DEEPINFER_CUDA_FP8_DECODE_EXPERTS), where the random scales let them apply.
+    uint8_t* row_max = nullptr;
+    void* fp8_d = nullptr;
+    CHECK(cudaMalloc(&row_max, experts_fp8_row_bytes(kExperts, d, inter)));
+    const bool fp8_applies = experts_fp8_decode_applies(t1.data(), t3.data(), t2.data(), kExperts) &&
+                             experts_fp8_prepare(t1.data(), t3.data(), t2.data(), kExperts, row_max, nullptr);
+    if (fp8_applies) {
+        const std::vector<uint8_t> fp8 = experts_fp8_table(t1.data(), t3.data(), t2.data(), kExperts, row_max);
+        CHECK(cudaMalloc(&fp8_d, fp8.size()));
+        CHECK(cudaMemcpy(fp8_d, fp8.data(), fp8.size(), cudaMemcpyHostToDevice));
+    }
 
     const int64_t max_tokens = 128, max_rows = max_tokens * kTopK;
     const float limit = 10.0f;
-    float *x = nullptr, *g = nullptr, *u = nullptr, *out_linear = nullptr, *out_wgmma = nullptr, *out_few = nullptr;
+    float *x = nullptr, *g = nullptr, *u = nullptr, *out_linear = nullptr, *out_wgmma = nullptr, *out_few = nullptr,
+          *out_fp8 = nullptr;
     CHECK(cudaMalloc(&x, max_tokens * d * 4));
     CHECK(cudaMalloc(&g, max_rows * inter * 4));
     CHECK(cudaMalloc(&u, max_rows * inter * 4));
     CHECK(cudaMalloc(&out_linear, max_rows * d * 4));
     CHECK(cudaMalloc(&out_wgmma, max_rows * d * 4));
     CHECK(cudaMalloc(&out_few, max_rows * d * 4));
+    CHECK(cudaMalloc(&out_fp8, max_rows * d * 4));
     fill_device(x, max_tokens * d * 4, 0, 13);
     int32_t* ids_d = nullptr;
     CHECK(cudaMalloc(&ids_d, kRoutings * max_rows * 4));
@@ -363,14 +379,22 @@ void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
             launch_routed_experts_few_tokens(out_few, x, ids_d + r * rows, rows, kTopK, ptrs_d, kExperts, d, inter,
                                              limit, nullptr);
         };
+        // The FP8 decode products (decode sizes only: prefill-sized calls keep prefill's rings).
+        const bool fp8_now = fp8_applies && rows <= kRoutedDecodeMaxSlots;
+        auto fp8 = [&](int r) {
+            launch_routed_experts_wgmma(out_fp8, x, ids_d + r * rows, rows, kTopK, ptrs_d, kExperts, d, inter, limit,
+                                        nullptr, false, fp8_d);
+        };
         for (int i = 0; i < kRoutings; ++i) {
             linear(i), fused(i);
             if (few_applies) few(i);
+            if (fp8_now) fp8(i);
         }
         const double linear_us = deepinfer::bench::mean_call_us(iters, [&](int i) { linear(i % kRoutings); });
         const double fused_us = deepinfer::bench::mean_call_us(iters, [&](int i) { fused(i % kRoutings); });
         const double few_us =
             few_applies ? deepinfer::bench::mean_call_us(iters, [&](int i) { few(i % kRoutings); }) : 0.0;
+        const double fp8_us = fp8_now ? deepinfer::bench::mean_call_us(iters, [&](int i) { fp8(i % kRoutings); }) : 0.0;
         auto gbs = [&](double us) { return distinct * static_cast<double>(expert_bytes) / us / 1e3; };
         linear(0);
         fused(0);
@@ -383,11 +407,19 @@ void run_routed(int64_t d, int64_t inter, double bandwidth, int iters) {
             few(0);
             std::printf(" %9.2f %7.0f %5.1f%% %9.1e", few_us, gbs(few_us), 100.0 * gbs(few_us) / bandwidth,
                         rel_diff(out_few, out_linear, rows * d));
+        } else {
+            std::printf(" %9s %7s %6s %9s", "-", "-", "-", "-");
+        }
+        if (fp8_now) {  // its difference from the bf16 rings' output (fused(0) above)
+            fp8(0);
+            std::printf(" %9.2f %7.0f %5.1f%% %9.1e", fp8_us, gbs(fp8_us), 100.0 * gbs(fp8_us) / bandwidth,
+                        rel_diff(out_fp8, out_wgmma, rows * d));
         }
         std::printf("\n");
     }
     for (void* p : {static_cast<void*>(x), static_cast<void*>(g), static_cast<void*>(u), static_cast<void*>(out_linear),
-                    static_cast<void*>(out_wgmma), static_cast<void*>(out_few), static_cast<void*>(ids_d), ptrs_d})
+                    static_cast<void*>(out_wgmma), static_cast<void*>(out_few), static_cast<void*>(out_fp8),
+                    static_cast<void*>(ids_d), static_cast<void*>(row_max), ptrs_d, fp8_d})
         CHECK(cudaFree(p));
     for (WeightDesc* p : tables_d) CHECK(cudaFree(p));
     for (Matrix& m : mats) {
@@ -662,9 +694,9 @@ int main(int argc, char** argv) {
             run_experts("expert w2 x256", 4096, 2048, 1, bandwidth, iters);
         }
         // The whole routed FFN: w1, w3, SwiGLU and w2 (D 4096, I 2048).
-        std::printf("\n%-18s %4s %5s %6s %-6s %9s %7s %6s %9s %7s %6s %8s %9s %9s %7s %6s %9s\n", "routed ffn (fp4)",
-                    "tok", "rows", "exp", "linear", "linear us", "GB/s", "% bw", "wgmma us", "GB/s", "% bw", "gain",
-                    "diff", "few us", "GB/s", "% bw", "few diff");
+        std::printf("\n%-18s %4s %5s %6s %-6s %9s %7s %6s %9s %7s %6s %8s %9s %9s %7s %6s %9s %9s %7s %6s %9s\n",
+                    "routed ffn (fp4)", "tok", "rows", "exp", "linear", "linear us", "GB/s", "% bw", "wgmma us", "GB/s",
+                    "% bw", "gain", "diff", "few us", "GB/s", "% bw", "few diff", "fp8 us", "GB/s", "% bw", "fp8 diff");
         run_routed(4096, 2048, bandwidth, iters);
     }
     return 0;

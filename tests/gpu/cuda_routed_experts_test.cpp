@@ -22,8 +22,10 @@
 // DEEPINFER_CUDA_EXPERTS_TMA=0) bitwise equal, FP4 scales on the decoder's slow path included. The
 // other tests run the defaults (4 consumer warpgroups, batch 4). Calls of up to kRoutedFewTokensAuto tokens (by
 // default; kRoutedFewTokensMax with DEEPINFER_CUDA_FEW_TOKEN_EXPERTS=1) take experts_few_tokens.cu's kernels where they
-// apply (the same two bounds; FewTokensMatchCpuAndLinear, and 1 and 4 tokens at the model width). Without a compute
-// capability 9.0 GPU the backend takes the default sequence and the wgmma-only checks are skipped.
+// apply (the same two bounds; FewTokensMatchCpuAndLinear, and 1 and 4 tokens at the model width). The backend's
+// default products on the FP8 tensor cores (experts_fp8_decode.cu, DEEPINFER_CUDA_FP8_DECODE_EXPERTS) are checked
+// against these by Fp8DecodeMatchesTheBf16Rings; the fixture keeps every other test on the bf16 rings. Without a
+// compute capability 9.0 GPU the backend takes the default sequence and the wgmma-only checks are skipped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -59,6 +62,9 @@ public:
     CudaRoutedExperts() : CudaCompare("tc") {}
 
 protected:
+    // The bf16 decode rings, which every test but Fp8DecodeMatchesTheBf16Rings checks (that one switches the FP8
+    // products on itself).
+    const testing_support::ScopedEnv bf16_rings_{"DEEPINFER_CUDA_FP8_DECODE_EXPERTS", "0"};
     // E experts' w1, w3 [inter, d] and w2 [d, inter], FP4 with E8M0 scales per 32, on the host and on the device.
     // The model width's 3.3 GB are drawn 8 bytes at a time (make_weight draws one byte a call).
     using Ffns = testing_support::ExpertFfns;
@@ -630,6 +636,73 @@ TEST_F(CudaRoutedExperts, DecodeVariantsAgreeBitwiseWithSlowScales) {
         expect_decode_variants_agree(f, ids, "slow scales");
         check(f, ids, 6, 10.0f, 4096);
     }
+}
+
+// DEEPINFER_CUDA_FP8_DECODE_EXPERTS=1: decode's routed experts on the FP8 tensor cores with the activations split
+// exactly into two e4m3 rows (experts_fp8_decode.cu). Against the bf16 decode rings on the same call within
+// kSameNumericsBound (the same bf16 inputs and exact weights; the FP8 products' in-block sums and the h roundings
+// their noise tips differ), against the CPU within kBf16Bound, every slot written, two runs bitwise equal, the profile
+// naming the path; ids outside [0, E) give NaN rows in exactly their slots. D 1024 / I 512 (16 experts) and the model
+// width (256), 2-64 tokens of six slots (runs past a 16-slot tile with one expert in every token's six), both SwiGLU
+// modes. Experts it does not take keep the bf16 rings bitwise: scales spanning more than e4m3 holds exactly (slow
+// scales), and an I that is not a multiple of 512. A bad switch value is refused. (The fixture holds the switch at 0,
+// the bf16 rings, for the other tests; the backend's default is 1.)
+TEST_F(CudaRoutedExperts, Fp8DecodeMatchesTheBf16Rings) {
+    const testing_support::ScopedEnv no_few("DEEPINFER_CUDA_FEW_TOKEN_EXPERTS", "0");
+    setenv("DEEPINFER_CUDA_PROFILE", "1", 1);
+    const std::unique_ptr<Backend> profiled = create_backend("cuda", 2);
+    unsetenv("DEEPINFER_CUDA_PROFILE");
+    const auto both = [&](const Ffns& f, const std::vector<int32_t>& ids, float limit, bool expect_fp8,
+                          const std::string& what) {
+        const int64_t tokens = static_cast<int64_t>(ids.size()) / 6;
+        const std::vector<float> x = randn(tokens * f.d());
+        const Tensor ids_d = i32_device(ids);
+        const std::vector<float> bf16 = run(*profiled, f, x, ids_d, 6, limit);
+        const testing_support::ScopedEnv on("DEEPINFER_CUDA_FP8_DECODE_EXPERTS", "1");
+        profiled->take_profile();
+        const std::vector<float> got = run(*profiled, f, x, ids_d, 6, limit);
+        const std::string profile = profiled->take_profile();
+        EXPECT_EQ(profile.find("routed_experts fp8 decode") != std::string::npos, expect_fp8) << what << "\n"
+                                                                                              << profile;
+        if (!expect_fp8) {
+            EXPECT_EQ(rows_differing(got, bf16, f.d()), 0) << what << ": the bf16 rings";
+            return;
+        }
+        EXPECT_EQ(std::count_if(got.begin(), got.end(), [](float v) { return std::isnan(v); }), 0) << what;
+        EXPECT_LE(rel_error(got, bf16), kSameNumericsBound) << what << ": against the bf16 rings";
+        EXPECT_EQ(rows_differing(run(*profiled, f, x, ids_d, 6, limit), got, f.d()), 0) << what << ": a second run";
+        std::vector<int64_t> pick;
+        for (int64_t r = 0; r < static_cast<int64_t>(ids.size()); r += std::max<int64_t>(1, ids.size() / 24))
+            pick.push_back(r);
+        EXPECT_LE(rel_error(rows_of(got, pick, f.d()), cpu_slots(f, x, ids, 6, pick, limit)), kBf16Bound)
+            << what << ": against the CPU";
+    };
+    {
+        const Ffns f = make_ffns(16, 1024, 512);
+        if (!wgmma(f)) GTEST_SKIP() << "the wgmma experts do not apply here";
+        for (int64_t tokens : {2, 8, 32})
+            for (float limit : {0.0f, 10.0f})
+                both(f, routed_ids(tokens, 16, 6), limit, true, "D 1024, " + std::to_string(tokens) + " tokens");
+        both(f, routed_ids(40, 16, 6, 5), 10.0f, true, "D 1024, 40 tokens, expert 5 in each");
+        // Bad ids: NaN rows in exactly their slots.
+        std::vector<int32_t> ids = routed_ids(8, 16, 6);
+        ids[3] = -1, ids[17] = 16, ids[40] = INT_MIN;
+        const testing_support::ScopedEnv on("DEEPINFER_CUDA_FP8_DECODE_EXPERTS", "1");
+        const std::vector<float> got = run(*gpu_, f, randn(8 * f.d()), i32_device(ids), 6, 10.0f);
+        for (int64_t r = 0; r < static_cast<int64_t>(ids.size()); ++r) {
+            int64_t nans = 0;
+            for (int64_t i = 0; i < f.d(); ++i) nans += std::isnan(got[r * f.d() + i]);
+            EXPECT_EQ(nans, ids[r] < 0 || ids[r] >= 16 ? f.d() : 0) << "slot " << r << ", id " << ids[r];
+        }
+        const testing_support::ScopedEnv bad("DEEPINFER_CUDA_FP8_DECODE_EXPERTS", "yes");
+        EXPECT_THROW(run(*gpu_, f, randn(8 * f.d()), i32_device(routed_ids(8, 16, 6)), 6, 10.0f), Error);
+    }
+    both(make_ffns(16, 1024, 512, true), routed_ids(8, 16, 6), 10.0f, false, "slow scales");
+    both(make_ffns(16, 512, 256), routed_ids(8, 16, 6), 10.0f, false, "I 256");
+    const Ffns g = make_ffns(256, 4096, 2048);
+    for (int64_t tokens : {4, 8, 32})
+        both(g, routed_ids(tokens, 256, 6), 10.0f, true, "model width, " + std::to_string(tokens) + " tokens");
+    both(g, routed_ids(64, 256, 6, 17), 10.0f, true, "model width, 64 tokens, expert 17 in each");
 }
 
 }  // namespace

@@ -987,10 +987,23 @@ public:
         }
         // FP8 activations: the kernels read a quantized copy of x and quantize h themselves (quantize_h).
         const Tensor xq = act_block > 0 ? quantized_copy(x, QuantSim::kFp8Ue8m0, act_block) : Tensor();
-        const auto op = profiler_->scope("routed_experts wgmma");
+        const void* fp8_table = act_block == 0 && r <= cuda::kRoutedDecodeMaxSlots && fp8_decode_experts()
+                                    ? fp8_decode_table(w1, t1, t3, t2)
+                                    : nullptr;
+        const auto op = profiler_->scope(fp8_table ? "routed_experts fp8 decode" : "routed_experts wgmma");
         cuda::launch_routed_experts_wgmma(
             out.f32(), act_block > 0 ? xq.f32() : x.f32(), expert_of_row.as<const int32_t>(), r, rows_per_input, table,
-            static_cast<int>(w1.size()), d, w1[0].rows, swiglu_limit, stream_, act_block > 0);
+            static_cast<int>(w1.size()), d, w1[0].rows, swiglu_limit, stream_, act_block > 0, fp8_table);
+    }
+    // DEEPINFER_CUDA_FP8_DECODE_EXPERTS=1 (the default): decode's routed experts (the wgmma path, without FP8
+    // activations) on the FP8 tensor cores with exact activations (experts_fp8_decode.cu) where their FP8 table
+    // applies; 0: the bf16 decode rings. Read per call: tests and benchmarks switch it. H200, 8-layer V4-Flash decode
+    // step: 2.35 / 3.22 / 6.33 ms at batches 4 / 8 / 32 against 2.54 / 3.60 / 7.30 on the bf16 rings.
+    static bool fp8_decode_experts() {
+        const char* v = std::getenv("DEEPINFER_CUDA_FP8_DECODE_EXPERTS");
+        const std::string mode = v && *v ? v : "1";
+        DI_CHECK(mode == "0" || mode == "1", "DEEPINFER_CUDA_FP8_DECODE_EXPERTS must be 0 or 1, not '", mode, "'");
+        return mode == "1";
     }
     // Prefill-sized routed_experts run launch_grouped_experts_wgmma's kernels (prefill's rings, the same tiles) with
     // their plan built on the device, where the wgmma experts apply; FP8 activations keep the host's grouping (their
@@ -1199,12 +1212,19 @@ private:
     struct Fp8ExpertsTable {
         ListVersions built_from;
         bool applies = false;
+        bool decode = false;  // experts_fp8_decode_applies as well
         Tensor row_max;  // experts_fp8_row_bytes, as I32 words
         Tensor device;   // [experts] cuda::ExpertsFp8Ptrs, as I32 words
     };
     const void* fp8_experts_table(const std::vector<LinearWeight>& w1, const ExpertTable& t1, const ExpertTable& t3,
                                   const ExpertTable& t2, int act_block) {
-        if (!fp8_gemm_ || act_block != 128 || gemm_mode_ != GemmMode::kAuto) return nullptr;
+        if (act_block != 128 || gemm_mode_ != GemmMode::kAuto) return nullptr;
+        return fp8_experts_table(w1, t1, t3, t2);
+    }
+    // The table itself, for any caller that runs the FP8 experts (null where they do not apply or are switched off).
+    const void* fp8_experts_table(const std::vector<LinearWeight>& w1, const ExpertTable& t1, const ExpertTable& t3,
+                                  const ExpertTable& t2) {
+        if (!fp8_gemm_) return nullptr;
         Fp8ExpertsTable& t = fp8_experts_tables_[w1.data()];
         if (t.built_from.refresh(t1, t3, t2)) {
             const int n = static_cast<int>(t1.host.size());
@@ -1224,12 +1244,19 @@ private:
                     t.row_max = Tensor();
                 }
             }
+            t.decode = t.applies && cuda::experts_fp8_decode_applies(t1.host.data(), t3.host.data(), t2.host.data(), n);
             if (t.applies) {
                 t.device = device_bytes(cuda::experts_fp8_table(t1.host.data(), t3.host.data(), t2.host.data(), n,
                                                                 static_cast<const uint8_t*>(t.row_max.view().data())));
             }
         }
         return t.applies ? t.device.view().data() : nullptr;
+    }
+    // The table for decode's FP8 products (experts_fp8_decode.cu), or null where they do not apply.
+    const void* fp8_decode_table(const std::vector<LinearWeight>& w1, const ExpertTable& t1, const ExpertTable& t3,
+                                 const ExpertTable& t2) {
+        const void* table = fp8_experts_table(w1, t1, t3, t2);
+        return table && fp8_experts_tables_[w1.data()].decode ? table : nullptr;
     }
 
     // routed_experts on the wgmma kernels: whether they take the three expert lists (wgmma_takes(), at most

@@ -81,6 +81,7 @@
 #include "backend/cuda/bf16_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/experts_fp8.h"
+#include "backend/cuda/experts_fp8_common.cuh"
 #include "backend/cuda/experts_wgmma.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.cuh"
@@ -94,6 +95,11 @@ namespace deepinfer::cuda {
 namespace {
 
 using namespace wgmma;  // the mbarrier, fence and descriptor helpers (wgmma_common.cuh)
+using fp8x::k8perm;     // the B order, slice rows and e4m3 table shared with the decode kernels
+using fp8x::k8perm_inv;
+using fp8x::kSpan;
+using fp8x::kTableRows;
+using fp8x::slice_row;
 
 constexpr int kBK = 128;        // k per stage: one activation scale block
 constexpr int kSliceRows = 64;  // weight rows per A slice (wgmma M)
@@ -106,7 +112,6 @@ constexpr int kThreads = kConsumerThreads + kProducerThreads;
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // 2 x 232 + 40 = 3 x 168 (launch bounds at 384 threads)
 constexpr int kGateUpFeatures = 32 * kWgs;              // I features per gate/up tile (W1 and W3 rows of each)
 constexpr int kDownFeatures = kSliceRows * kWgs;        // D features per down tile
-constexpr int kSpan = 14;                               // binades a row's scales may span (see the header)
 
 constexpr int kBBytes = kMaxN * kBK;                // 16384: token rows x 128 codes
 constexpr int kSliceWBytes = kSliceRows * kBK / 2;  // 4096: 64 rows x 64 bytes of FP4
@@ -116,23 +121,10 @@ constexpr int kSBytes = kWgs * kSliceSBytes;
 constexpr int kXsBytes = kMaxN * 4;  // the tokens' activation scales for the stage's block
 constexpr int kStageBytes = kBBytes + kWBytes + kSBytes + kXsBytes;
 constexpr int kRingBytes = kStages * kStageBytes;
-constexpr int kTableRows = kSpan + 1;  // d = -8 .. 6
 constexpr int kSmemBytes = 1024 + kRingBytes + kTableRows * 8 + 2 * kStages * 8;
 static_assert(kStageBytes % 1024 == 0, "stages keep the swizzle atoms 1024-byte aligned");
 static_assert(kSmemBytes <= 227 * 1024, "one CTA's shared memory");
 static_assert(kWgs * kConsumerRegs + kProducerRegs <= (kWgs + 1) * (65536 / kThreads / 8 * 8), "register file");
-
-// Stored column p of a 128-block of B holds real column k8perm(p) (see the header).
-__host__ __device__ constexpr int k8perm(int p) {
-    return 32 * ((p & 15) >> 2) + 8 * (p >> 5) + 4 * ((p >> 4) & 1) + (p & 3);
-}
-__host__ __device__ constexpr int k8perm_inv(int k) {
-    return 32 * ((k >> 3) & 3) + 16 * ((k >> 2) & 1) + 4 * (k >> 5) + (k & 3);
-}
-static_assert(inverse_permutations_of_128<k8perm, k8perm_inv>(), "k8perm and k8perm_inv are inverse permutations");
-static_assert(k8perm(4) == 32 && k8perm(16) == 4 && k8perm(32) == 8 && k8perm(20) == 36,
-              "step 0: lane 1's a0 is real k 32; a2 of lane 0 is k 4; step 1 starts at k 8");
-static_assert(k8perm(4 * 5) + 3 == k8perm(4 * 5 + 3), "a lane's 4 stored positions are 4 consecutive real columns");
 
 using Tile = ExpertTile;  // rows 1..kMaxN
 using PlanHeader = ExpertTilesHeader;
@@ -150,13 +142,6 @@ struct Params {
     int k, out_cols;
     float limit;  // SwiGLU clamp (gate/up; 0: none)
 };
-
-// The weight row (matrix which = 0/1/2: W1/W3/W2, and its row) of row r of slice s (see the header).
-template <bool kGateUp>
-__device__ __forceinline__ void slice_row(int f0, int s, int r, int& which, int& row) {
-    which = kGateUp ? (r >> 3) & 1 : 2;
-    row = kGateUp ? f0 + 32 * s + 8 * (r >> 4) + (r & 7) : f0 + 64 * s + r;
-}
 
 // The producer: fixed roles per thread pt across stages. B: with p.tma, thread 0 copies the tile's n_load rows with
 // one bulk tensor copy (the map's 128-byte swizzle is the operand's; rows past the run are the next runs' rows or, past
@@ -234,19 +219,7 @@ __device__ __forceinline__ void decode_a(unsigned s, uint32_t (&a)[4][4], const 
     const uint8_t* sb = ring_ptr + st * kStageBytes;
     const uint8_t* sw = sb + kBBytes + wg * kSliceWBytes;
     const uint8_t* ss = sb + kBBytes + kWBytes + wg * kSliceSBytes;
-    uint4 raw[2];
-    uint2 t[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int r = arow + 8 * h;
-        raw[h] = *reinterpret_cast<const uint4*>(sw + r * 64 + c * 16);
-        t[h] = table[ss[r * 4 + c] + ref_idx[h]];
-    }
-#pragma unroll
-    for (int k4 = 0; k4 < 4; ++k4) {
-        chunks::fp4_word_to_e4m3(word_of(raw[0], k4), t[0], a[k4][0], a[k4][2]);
-        chunks::fp4_word_to_e4m3(word_of(raw[1], k4), t[1], a[k4][1], a[k4][3]);
-    }
+    fp8x::decode_fragments(sw, ss, 4, table, arow, c, ref_idx, a);
 }
 
 // One 128-k stage of a consumer warpgroup (slice wg), its A fragments decoded (a): 4 wgmma steps into the block
@@ -270,15 +243,9 @@ __device__ __forceinline__ void stage(unsigned s, bool next, float (&acc)[N / 2]
     wgmma_commit();
     if (next) decode_a(s + 1, a_next, ring_ptr, bars, table, wg, arow, c, ref_idx);  // beside the products
     wgmma_wait<0>();
-    const float* xs = reinterpret_cast<const float*>(ring_ptr + st * kStageBytes + kBBytes + kWBytes + kSBytes);
-#pragma unroll
-    for (int j = 0; j < N / 8; ++j) {  // the scales of the lane's tokens 8 j + 2 c and 8 j + 2 c + 1
-        const float2 x = *reinterpret_cast<const float2*>(xs + 8 * j + 2 * c);
-        acc[4 * j + 0] = fmaf(block[4 * j + 0], x.x, acc[4 * j + 0]);
-        acc[4 * j + 1] = fmaf(block[4 * j + 1], x.y, acc[4 * j + 1]);
-        acc[4 * j + 2] = fmaf(block[4 * j + 2], x.x, acc[4 * j + 2]);
-        acc[4 * j + 3] = fmaf(block[4 * j + 3], x.y, acc[4 * j + 3]);
-    }
+    // the scales of the lane's tokens 8 j + 2 c and 8 j + 2 c + 1
+    fp8x::promote<N>(acc, block,
+                     reinterpret_cast<const float*>(ring_ptr + st * kStageBytes + kBBytes + kWBytes + kSBytes), c);
     mbar_arrive(bars + 8 * (kStages + st));  // the stage is read
 }
 
@@ -295,14 +262,7 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
     const ExpertsFp8Ptrs& e = p.experts[t.expert];
     int ref_idx[2];
     float post[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        int which, row;
-        slice_row<kGateUp>(t.feature0, wg, arow + 8 * h, which, row);
-        const int top = e.row_max[which][row];
-        ref_idx[h] = kSpan - top;
-        post[h] = pow2_int(top - 6 - 127);  // the row's 2^(ref - 127), 2^-133 .. 2^121
-    }
+    fp8x::row_refs<kGateUp>(e, t.feature0, wg, arow, ref_idx, post);
     float acc[N / 2], block[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) {
@@ -362,13 +322,7 @@ __global__ void __launch_bounds__(kThreads, 1) experts_fp8_kernel(const __grid_c
     const uint32_t ring = mma::smem_addr(ring_ptr), bars = ring + kRingBytes + kTableRows * 8;
     // full: the producer threads' cp.async arrivals; empty: every consumer thread
     if (threadIdx.x == 0) mbar_init_ring(bars, kStages, kProducerThreads, kConsumerThreads);
-    if (threadIdx.x < kTableRows * 8) {  // byte m of row i: e4m3 of e2m1 magnitude m times 2^(i - 8), exact
-        const int i = threadIdx.x / 8, m = threadIdx.x % 8;
-        // e2m1 magnitude code m: 0, 0.5 (subnormals), then (1 + (m & 1) / 2) 2^(m / 2 - 1): 1, 1.5, 2, 3, 4, 6
-        const float v = m < 2 ? 0.5f * m : ldexpf(1.0f + 0.5f * (m & 1), (m >> 1) - 1);
-        reinterpret_cast<uint8_t*>(table)[threadIdx.x] =
-            static_cast<uint8_t>(__nv_cvt_float_to_fp8(ldexpf(v, i - 8), __NV_SATFINITE, __NV_E4M3));
-    }
+    fp8x::fill_e4m3_table(reinterpret_cast<uint8_t*>(table), threadIdx.x);
     __syncthreads();
     const unsigned nk = static_cast<unsigned>(p.k / kBK);
     if (threadIdx.x >= kConsumerThreads) {

@@ -12,6 +12,7 @@ struct CUstream_st;
 namespace deepinfer::cuda {
 
 struct WeightDesc;  // cuda_common.cuh (kept out: this header is also a host compiler's)
+struct ExpertTile;  // experts_wgmma.h
 
 // One expert's weights as the kernels read them: W1, W3, W2's FP4 bytes, their E8M0 bytes, and each row's largest
 // E8M0 byte (experts_fp8_prepare).
@@ -43,6 +44,25 @@ void launch_grouped_experts_fp8(float* x, int64_t rows, const std::vector<uint8_
                                 const void* device_table, int64_t d, int64_t inter, float swiglu_limit,
                                 CUstream_st* stream, const float* const* in_rows = nullptr,
                                 float* const* out_rows = nullptr, float* h_out = nullptr);
+
+// Decode's routed experts on the FP8 tensor cores with exact activations (experts_fp8_decode.cu): the products of
+// launch_routed_experts_wgmma's decode path on its device plan, cut into tiles of up to kFp8DecodeTileTokens slots
+// (128 gate/up and 256 down features a tile), for experts with an experts_fp8_table (their rows' scales within e4m3's
+// exact span) whose D and I experts_fp8_decode_shapes_ok takes.
+constexpr int kFp8DecodeTileTokens = 16;
+bool experts_fp8_decode_shapes_ok(int64_t d, int64_t inter);
+// The same for the experts themselves (experts_fp8_shapes_ok's experts): D and I, and every scale 16-byte aligned.
+bool experts_fp8_decode_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts);
+struct Fp8DecodePlan {
+    const float* const* in_rows;  // [rows] the slots' token rows, sorted by expert
+    float* const* out_rows;       // [rows] their output rows
+    const ExpertTile* tiles1;     // gate/up tiles, tile_count[0] of them (at most max_tiles1)
+    const ExpertTile* tiles2;     // down tiles, tile_count[1] (at most max_tiles2)
+    const int* tile_count;
+    int64_t max_tiles1, max_tiles2;
+};
+void launch_experts_fp8_decode(const Fp8DecodePlan& plan, int64_t rows, const void* fp8_table, int64_t d, int64_t inter,
+                               float swiglu_limit, CUstream_st* stream);
 
 // For tests: the same over LinearWeights in device memory (experts_fp8_prepare on the default stream).
 bool experts_fp8_shapes_ok(const std::vector<LinearWeight>& w1, const std::vector<LinearWeight>& w3,

@@ -128,7 +128,10 @@
 // on the full barrier was 12% of their instructions). With the consumers' decode and MMAs skipped (a diagnostic
 // build, not kept) the op streams 32 tokens' experts in 474 us (87.5% of the HBM rate; 8 tokens: 175 us) against
 // ~645 us whole: the consumers' issue still sets its time (ncu, gate/up: DRAM 55% busy, IPC 2.56, ~268
-// instructions a consumer warp a stage).
+// instructions a consumer warp a stage). Later measurements say otherwise: the FP8 products (experts_fp8_decode.cu,
+// the backend's default at decode), with half these consumer instructions, ran no faster until their E8M0 bytes,
+// copied as here (4 bytes a row a stage, one single-sector request each), were copied 16 bytes a row a pair of
+// stages: then 529 against ~650 us at 32 tokens. The same change here is untried.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -144,6 +147,7 @@
 #include "backend/cuda/bf16_mma.cuh"
 #include "backend/cuda/block_scan.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/experts_fp8.h"
 #include "backend/cuda/experts_wgmma.h"
 #include "backend/cuda/fp4_subnormal.cuh"
 #include "backend/cuda/kernels.h"
@@ -1102,7 +1106,8 @@ std::vector<uint8_t> routed_experts_wgmma_table(const WeightDesc* w1, const Weig
 
 void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expert_of_row, int64_t rows,
                                  int rows_per_input, const void* device_table, int num_experts, int64_t d,
-                                 int64_t inter, float swiglu_limit, cudaStream_t stream, bool quantize_h) {
+                                 int64_t inter, float swiglu_limit, cudaStream_t stream, bool quantize_h,
+                                 const void* fp8_table) {
     DI_ICHECK(num_experts > 0 && num_experts <= kRoutedWgmmaMaxExperts && rows_per_input > 0 &&
                   rows % rows_per_input == 0 && rows < (int64_t{1} << 30) && d > 0 && inter > 0 &&
                   d % kDownFeatures == 0 && inter % kGateUpFeatures == 0 && d <= (int64_t{1} << 20) &&
@@ -1122,7 +1127,9 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     // Prefill-sized calls take prefill's rings (tiles of 128 rows), as grouped_experts_rows does; FP8 activations'
     // quantize_h keeps the decode ring at any size.
     const bool prefill = rows > kRoutedDecodeMaxSlots && !quantize_h;
-    const int tile_rows = prefill ? PrefillRing::kMaxN : DecodeRing::kMaxN;
+    // fp8_table: decode's products on the FP8 tensor cores (experts_fp8_decode.cu), on tiles of their own height.
+    const bool fp8 = fp8_table && !prefill && !quantize_h;
+    const int tile_rows = prefill ? PrefillRing::kMaxN : fp8 ? kFp8DecodeTileTokens : DecodeRing::kMaxN;
     // Token tiles: sum over the touched experts of ceil(n_e / kMaxN) <= (rows + (kMaxN - 1) touched) / kMaxN.
     const int64_t token_tiles = (rows + (tile_rows - 1) * std::min<int64_t>(rows, num_experts)) / tile_rows;
     const int64_t cap1 = token_tiles * (inter / kGateUpFeatures), cap2 = token_tiles * (d / kDownFeatures);
@@ -1131,8 +1138,8 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
     // quantize_h], 16-byte aligned.
     const auto up16 = [](int64_t b) { return ceil_div(b, 16) * 16; };
     const int64_t at_in = 16, at_out = at_in + up16(rows * 8), at_t1 = at_out + up16(rows * 8);
-    const int64_t at_t2 = at_t1 + cap1 * 16, at_xb = at_t2 + cap2 * 16, at_h = at_xb + rows * d * 2;
-    const int64_t at_hf = at_h + up16(rows * inter * 2);
+    const int64_t at_t2 = at_t1 + cap1 * 16, at_xb = at_t2 + cap2 * 16, at_h = at_xb + (fp8 ? 0 : rows * d * 2);
+    const int64_t at_hf = at_h + (fp8 ? 0 : up16(rows * inter * 2));  // the FP8 products take their own scratch
     uint8_t* ws = nullptr;
     DI_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&ws), at_hf + (quantize_h ? rows * inter * 4 : 0), stream));
     const DevicePlan plan{reinterpret_cast<int*>(ws), reinterpret_cast<const float**>(ws + at_in),
@@ -1148,10 +1155,17 @@ void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expe
         launch_pdl(kernel, 1, kPrefillPlanThreads, plan_smem_bytes(kPrefillPlanThreads, num_experts), stream,
                    plan_args);
     } else {
-        launch_pdl(routed_plan_kernel<DecodeRing::kMaxN, kPlanThreads>, 1, kPlanThreads,
-                   plan_smem_bytes(kPlanThreads, num_experts), stream, plan_args);
+        launch_pdl(fp8 ? routed_plan_kernel<kFp8DecodeTileTokens, kPlanThreads>
+                       : routed_plan_kernel<DecodeRing::kMaxN, kPlanThreads>,
+                   1, kPlanThreads, plan_smem_bytes(kPlanThreads, num_experts), stream, plan_args);
     }
     DI_CUDA_LAUNCH_CHECK();
+    if (fp8) {
+        launch_experts_fp8_decode({plan.in_rows, plan.out_rows, plan.tiles1, plan.tiles2, plan.tile_count, cap1, cap2},
+                                  rows, fp8_table, d, inter, swiglu_limit, stream);
+        DI_CUDA_CHECK(cudaFreeAsync(ws, stream));
+        return;
+    }
     // Every slot's row, the bad ids' too (their in_rows are valid token rows; no tile reads them).
     launch_pdl(to_bf16_permuted_kernel, static_cast<unsigned>(ceil_div(rows * d / 8, 256)), 256, 0, stream, xb, nullptr,
                plan.in_rows, rows, static_cast<int>(d));

@@ -79,9 +79,13 @@ std::vector<uint8_t> routed_experts_wgmma_table(const WeightDesc* w1, const Weig
 // quantize_h (FP8 activations with blocks of 128; x already quantized by the caller): the SwiGLU output is quantized
 // as fake_quantize's kFp8Ue8m0 before the down product (gate/up writes it in f32, quantize_h_kernel rounds it); this
 // takes the default decode variant (DecodeRing) whatever DEEPINFER_CUDA_EXPERTS_DECODE_WGS / _BATCH say.
+// fp8_table (non-null: experts_fp8_table's bytes in device memory, for the same experts): decode-sized calls without
+// quantize_h run their products on the FP8 tensor cores with exact activations (launch_experts_fp8_decode); the
+// experts must satisfy experts_fp8_decode_applies.
 void launch_routed_experts_wgmma(float* out, const float* x, const int32_t* expert_of_row, int64_t rows,
                                  int rows_per_input, const void* device_table, int num_experts, int64_t d,
-                                 int64_t inter, float swiglu_limit, CUstream_st* stream, bool quantize_h = false);
+                                 int64_t inter, float swiglu_limit, CUstream_st* stream, bool quantize_h = false,
+                                 const void* fp8_table = nullptr);
 
 // The routed experts of a few tokens (experts_few_tokens.cu): launch_routed_experts_wgmma's contract (the same device
 // table and outputs, bad ids NaN rows), each slot its own work item on mma.sync; the backend takes them for calls of
