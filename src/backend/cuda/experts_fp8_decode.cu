@@ -3,9 +3,14 @@
 // 128 gate/up and 256 down features a tile), with the FP4 weights re-expressed as e4m3 (experts_fp8.cu's table: exact
 // for rows whose scales span at most 14 binades) and each activation row split into two e4m3 rows.
 //
-// Why. At decode batches 8-32 the bf16 decode rings are bound by their consumers' instructions, two thirds of them the
-// FP4 -> bf16 decode (~15 instructions a word of 8 codes; experts_wgmma.cu, "Decode"); FP4 -> e4m3 takes 9 (byte
-// permutes into a shared table), and an e4m3 wgmma takes 32 k a step instead of 16.
+// Why. ncu had put the bf16 decode rings' limit in their consumers' instructions, two thirds of them the FP4 -> bf16
+// decode (~15 instructions a word of 8 codes; experts_wgmma.cu, "Decode"); FP4 -> e4m3 takes 9 (byte permutes into a
+// shared table), and an e4m3 wgmma takes 32 k a step instead of 16. With 29% fewer instructions (ncu, gate/up at 32
+// tokens) the first version was no faster, though: what bounded both was the E8M0 bytes' copies, 4 bytes a weight row
+// a block, one single-sector request each (512 a stage beside the weights' 1,024 sectors). Copied 16 bytes a row a
+// pair of stages here, the routed FFN takes 529 us at 32 tokens (80.5% of the HBM rate; 496 with the consumers doing
+// nothing) against 650 on the bf16 rings, 189 against 235 at 8 (H200;
+// bench/results/decode_fp8_experts_2026-12-03f.txt).
 //
 // The split. Activations (x, then h) are first rounded to bf16 as the bf16 kernels round them, so the products see the
 // same inputs. Per row and 128-column block with the power-of-two scale s of fake_quantize's kFp8Ue8m0 (the block's
@@ -23,9 +28,10 @@
 // Layout. Persistent CTAs of 640 threads: 4 consumer warpgroups (112 registers), one A slice of 64 weight rows each,
 // and a producer warpgroup (32). A stage is kUnits = 2 blocks of 128 k behind one full and one empty barrier, so that
 // each weight row is read as one 128-byte run (bench/results/hbm_row_segments_*: 64-byte runs cap the HBM at ~59% of
-// its rate); each block has the layout of experts_fp8.cu's stage (B: up to kMaxN split rows x 128 codes by one bulk
-// tensor copy under the 128-byte swizzle; the 4 slices' FP4 bytes, 64 a row; their E8M0 bytes; the rows' activation
-// scales). A consumer decodes block u + 1's A fragments while block u's 4 wgmmas run, then promotes block u.
+// its rate); each block holds B (up to kMaxN split rows x 128 codes by one bulk tensor copy under the 128-byte
+// swizzle), the 4 slices' FP4 bytes (64 a row) and the split rows' activation scales; the E8M0 bytes of a pair of
+// stages sit in a small ring of their own (kScaleSlots). A consumer decodes block u + 1's A fragments while block u's
+// 4 wgmmas run, then promotes block u.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
