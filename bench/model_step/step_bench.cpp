@@ -22,7 +22,10 @@
 // With --variants "NAME:VAR=V,VAR=V;NAME:..." [--rounds R] the decode and prefill measurements run once a variant and
 // round (variants in turn, R rounds: A B A B ...) on the one loaded model, each with its environment variables set
 // (those another variant names and this one does not are put back as they were): an A/B of the backend's switches
-// that are read per call, without loading the model again.
+// that are read per call, without loading the model again. Each variant also runs one more, untimed step a batch on
+// fresh forks of the context with fixed tokens (the same in every variant and round), and the end of the run says how
+// its logits compare with the first variant's (relative L2 difference, rows whose argmax agrees) and whether a later
+// round's are bitwise its first round's: an end-to-end check of a switch's numerics beside its speed.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -222,6 +225,37 @@ std::vector<int64_t> routed_experts(dsv4::DeepseekV4Model& model, Backend& backe
     return touched;
 }
 
+// The logits of one decode step on fresh forks of `source` with fixed tokens (a function of the batch size only).
+std::vector<float> probe_logits(CausalLM& model, ModelSequence& source, int64_t room, int64_t batch, int64_t vocab) {
+    std::vector<std::unique_ptr<ModelSequence>> seqs;
+    for (int64_t b = 0; b < batch; ++b) seqs.push_back(model.fork_sequence(source, room));
+    std::mt19937_64 fixed(7919 + static_cast<uint64_t>(batch));
+    const std::vector<int32_t> tokens = random_tokens(batch, vocab, fixed);
+    const Tensor logits = model.forward(decode_inputs(seqs, tokens));
+    return std::vector<float>(logits.f32(), logits.f32() + logits.numel());
+}
+
+// got against ref ([rows, vocab] each): the relative L2 difference and the rows whose largest logit is at the same
+// index (the first one of equals).
+struct Agreement {
+    double rel_l2;
+    int64_t argmax_same, rows;
+};
+Agreement agreement(const std::vector<float>& got, const std::vector<float>& ref, int64_t vocab) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        num += (static_cast<double>(got[i]) - ref[i]) * (static_cast<double>(got[i]) - ref[i]);
+        den += static_cast<double>(ref[i]) * ref[i];
+    }
+    Agreement a{den > 0 ? std::sqrt(num / den) : std::sqrt(num), 0, static_cast<int64_t>(ref.size()) / vocab};
+    for (int64_t r = 0; r < a.rows; ++r) {
+        const auto row = [&](const std::vector<float>& v) { return v.begin() + r * vocab; };
+        a.argmax_same += std::max_element(row(got), row(got) + vocab) - row(got) ==
+                         std::max_element(row(ref), row(ref) + vocab) - row(ref);
+    }
+    return a;
+}
+
 // A per-op time table (Backend::take_profile) of the `steps` timed steps (the warm-ups' ops are dropped: a rare op's
 // first call, with its kernels' first launch, would weigh in its average), if the backend profiles.
 void print_profile(const std::string& table, const std::string& what, int64_t steps) {
@@ -350,6 +384,25 @@ int main(int argc, char** argv) try {
         }
     }
 
+    // With variants: each variant's probe logits (probe_logits) from its first round, by batch; later rounds are
+    // compared with them as they come, the variants with the first one at the end.
+    std::map<int64_t, std::map<std::string, std::vector<float>>> probes;
+    std::vector<std::string> variant_order;
+    const auto probe = [&](int64_t batch, const std::string& variant) {
+        std::vector<float> logits = probe_logits(*model, *source, room, batch, vocab);
+        auto& first = probes[batch];
+        if (std::find(variant_order.begin(), variant_order.end(), variant) == variant_order.end())
+            variant_order.push_back(variant);
+        if (const auto at = first.find(variant); at != first.end()) {
+            const bool same = at->second == logits;
+            std::printf("         probe: %s, a later round's logits %s its first round's\n", variant.c_str(),
+                        same ? "bitwise equal to" : "differ from");
+            results["agreement"].push_back({{"batch", batch}, {"variant", variant}, {"bitwise_as_before", same}});
+        } else {
+            first.emplace(variant, std::move(logits));
+        }
+    };
+
     // The decode batches' and the prefill shapes' measurements, their JSON records tagged with `variant` if any.
     const auto measure_decode = [&](const std::string& variant) {
         // host ms: the time to issue a step (the forward's host work and launches), of which the GPU waits for
@@ -416,6 +469,7 @@ int main(int argc, char** argv) try {
             if (hold_ms > 0) results["decode"].back()["device_ms"] = median(device_times) * 1e3;
             if (!variant.empty()) results["decode"].back()["variant"] = variant;
             print_profile(profile, "decode batch " + std::to_string(batch), decode_steps);
+            if (!variant.empty()) probe(batch, variant);
         }
     };
 
@@ -476,6 +530,23 @@ int main(int argc, char** argv) try {
             if (!batches.empty()) measure_decode(v.name);
             if (!prefills.empty()) measure_prefill(v.name);
         }
+    for (const auto& [batch, by_variant] : probes) {  // every variant against the first
+        const std::vector<float>& ref = by_variant.at(variant_order.front());
+        for (size_t i = 1; i < variant_order.size(); ++i) {
+            const Agreement a = agreement(by_variant.at(variant_order[i]), ref, vocab);
+            std::printf(
+                "probe, decode batch %lld: %s against %s: logits within %.2e (relative L2), argmax %lld / %lld "
+                "rows the same\n",
+                static_cast<long long>(batch), variant_order[i].c_str(), variant_order.front().c_str(), a.rel_l2,
+                static_cast<long long>(a.argmax_same), static_cast<long long>(a.rows));
+            results["agreement"].push_back({{"batch", batch},
+                                            {"variant", variant_order[i]},
+                                            {"against", variant_order.front()},
+                                            {"rel_l2", a.rel_l2},
+                                            {"argmax_same", a.argmax_same},
+                                            {"rows", a.rows}});
+        }
+    }
     if (!json_path.empty()) std::ofstream(json_path) << results.dump(2) << "\n";
     return 0;
 } catch (const std::exception& e) {
