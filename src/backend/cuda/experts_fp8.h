@@ -1,5 +1,6 @@
-// The routed experts on FP8 tensor cores for prefill with FP8 activations (experts_fp8.cu): FP4 experts whose rows'
-// scales span at most 14 binades, multiplied exactly as e4m3 against the activations' e4m3 codes.
+// The routed experts on FP8 tensor cores: FP4 experts whose rows' scales span at most 14 binades, multiplied exactly as
+// e4m3 against e4m3 activations. At prefill with FP8 activations (experts_fp8.cu: the activations' e4m3 codes); at
+// decode by default (experts_fp8_decode.cu: each bf16-rounded activation row split exactly into two e4m3 rows).
 #pragma once
 
 #include <cstdint>
