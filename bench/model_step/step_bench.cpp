@@ -387,12 +387,9 @@ int main(int argc, char** argv) try {
     // With variants: each variant's probe logits (probe_logits) from its first round, by batch; later rounds are
     // compared with them as they come, the variants with the first one at the end.
     std::map<int64_t, std::map<std::string, std::vector<float>>> probes;
-    std::vector<std::string> variant_order;
     const auto probe = [&](int64_t batch, const std::string& variant) {
         std::vector<float> logits = probe_logits(*model, *source, room, batch, vocab);
         auto& first = probes[batch];
-        if (std::find(variant_order.begin(), variant_order.end(), variant) == variant_order.end())
-            variant_order.push_back(variant);
         if (const auto at = first.find(variant); at != first.end()) {
             const bool same = at->second == logits;
             std::printf("         probe: %s, a later round's logits %s its first round's\n", variant.c_str(),
@@ -531,17 +528,17 @@ int main(int argc, char** argv) try {
             if (!prefills.empty()) measure_prefill(v.name);
         }
     for (const auto& [batch, by_variant] : probes) {  // every variant against the first
-        const std::vector<float>& ref = by_variant.at(variant_order.front());
-        for (size_t i = 1; i < variant_order.size(); ++i) {
-            const Agreement a = agreement(by_variant.at(variant_order[i]), ref, vocab);
+        const std::string& first = variants.front().name;
+        for (size_t i = 1; i < variants.size(); ++i) {
+            const Agreement a = agreement(by_variant.at(variants[i].name), by_variant.at(first), vocab);
             std::printf(
                 "probe, decode batch %lld: %s against %s: logits within %.2e (relative L2), argmax %lld / %lld "
                 "rows the same\n",
-                static_cast<long long>(batch), variant_order[i].c_str(), variant_order.front().c_str(), a.rel_l2,
+                static_cast<long long>(batch), variants[i].name.c_str(), first.c_str(), a.rel_l2,
                 static_cast<long long>(a.argmax_same), static_cast<long long>(a.rows));
             results["agreement"].push_back({{"batch", batch},
-                                            {"variant", variant_order[i]},
-                                            {"against", variant_order.front()},
+                                            {"variant", variants[i].name},
+                                            {"against", first},
                                             {"rel_l2", a.rel_l2},
                                             {"argmax_same", a.argmax_same},
                                             {"rows", a.rows}});

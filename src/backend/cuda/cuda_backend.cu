@@ -1206,9 +1206,10 @@ private:
     }
 
     // The FP8 experts' device table for three expert lists, or null where they do not apply: the FP8 tensor cores
-    // off (DEEPINFER_CUDA_FP8_GEMM=0), blocks other than 128, shapes or formats the kernels do not take, or a weight
-    // row whose scales span more binades than e4m3 holds exactly (experts_fp8_prepare, said once). Decided and built
-    // on the first use of a w1 list, as wgmma_table.
+    // off (DEEPINFER_CUDA_FP8_GEMM=0), blocks other than 128 (prefill's kernels, fp8_experts_table) or decode's
+    // conditions (fp8_decode_table), shapes or formats the kernels do not take, or a weight row whose scales span more
+    // binades than e4m3 holds exactly (experts_fp8_prepare, said once). Decided and built on the first use of a w1
+    // list, as wgmma_table.
     struct Fp8ExpertsTable {
         ListVersions built_from;
         bool applies = false;
@@ -1219,11 +1220,18 @@ private:
     const void* fp8_experts_table(const std::vector<LinearWeight>& w1, const ExpertTable& t1, const ExpertTable& t3,
                                   const ExpertTable& t2, int act_block) {
         if (act_block != 128 || gemm_mode_ != GemmMode::kAuto) return nullptr;
-        return fp8_experts_table(w1, t1, t3, t2);
+        const Fp8ExpertsTable* t = fp8_experts_entry(w1, t1, t3, t2);
+        return t && t->applies ? t->device.view().data() : nullptr;
     }
-    // The table itself, for any caller that runs the FP8 experts (null where they do not apply or are switched off).
-    const void* fp8_experts_table(const std::vector<LinearWeight>& w1, const ExpertTable& t1, const ExpertTable& t3,
-                                  const ExpertTable& t2) {
+    // The table for decode's FP8 products (experts_fp8_decode.cu), or null where they do not apply.
+    const void* fp8_decode_table(const std::vector<LinearWeight>& w1, const ExpertTable& t1, const ExpertTable& t3,
+                                 const ExpertTable& t2) {
+        const Fp8ExpertsTable* t = fp8_experts_entry(w1, t1, t3, t2);
+        return t && t->decode ? t->device.view().data() : nullptr;
+    }
+    // The lists' entry, built or rebuilt as needed; null with the FP8 tensor cores switched off.
+    const Fp8ExpertsTable* fp8_experts_entry(const std::vector<LinearWeight>& w1, const ExpertTable& t1,
+                                             const ExpertTable& t3, const ExpertTable& t2) {
         if (!fp8_gemm_) return nullptr;
         Fp8ExpertsTable& t = fp8_experts_tables_[w1.data()];
         if (t.built_from.refresh(t1, t3, t2)) {
@@ -1250,13 +1258,7 @@ private:
                                                                 static_cast<const uint8_t*>(t.row_max.view().data())));
             }
         }
-        return t.applies ? t.device.view().data() : nullptr;
-    }
-    // The table for decode's FP8 products (experts_fp8_decode.cu), or null where they do not apply.
-    const void* fp8_decode_table(const std::vector<LinearWeight>& w1, const ExpertTable& t1, const ExpertTable& t3,
-                                 const ExpertTable& t2) {
-        const void* table = fp8_experts_table(w1, t1, t3, t2);
-        return table && fp8_experts_tables_[w1.data()].decode ? table : nullptr;
+        return &t;
     }
 
     // routed_experts on the wgmma kernels: whether they take the three expert lists (wgmma_takes(), at most

@@ -49,10 +49,10 @@ void launch_grouped_experts_fp8(float* x, int64_t rows, const std::vector<uint8_
 // Decode's routed experts on the FP8 tensor cores with exact activations (experts_fp8_decode.cu): the products of
 // launch_routed_experts_wgmma's decode path on its device plan, cut into tiles of up to kFp8DecodeTileTokens slots
 // (128 gate/up and 256 down features a tile), for experts with an experts_fp8_table (their rows' scales within e4m3's
-// exact span) whose D and I experts_fp8_decode_shapes_ok takes.
+// exact span) that experts_fp8_decode_applies takes.
 constexpr int kFp8DecodeTileTokens = 16;
-bool experts_fp8_decode_shapes_ok(int64_t d, int64_t inter);
-// The same for the experts themselves (experts_fp8_shapes_ok's experts): D and I, and every scale 16-byte aligned.
+// Whether the decode products take experts_fp8_shapes_ok's experts: D and I multiples of 512, every scale 16-byte
+// aligned.
 bool experts_fp8_decode_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts);
 struct Fp8DecodePlan {
     const float* const* in_rows;  // [rows] the slots' token rows, sorted by expert

@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <atomic>
 
-#include "backend/cuda/bf16_mma.cuh"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/experts_fp8.h"
 #include "backend/cuda/experts_fp8_common.cuh"
@@ -324,17 +323,12 @@ __global__ void split_k8perm_kernel(uint8_t* __restrict__ q, float* __restrict__
     }
     const float s = fp8_block_scale(warp_max(amax));
     const float inv = pow2_reciprocal(s);
-    uint32_t hi = 0, lo = 0;
+    float y[4];  // within +-448: s is the block's scale
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float y = finite ? v[i] * inv : 0.0f;  // within +-448: s is the block's scale
-        const uint32_t h = __nv_cvt_float_to_fp8(y, __NV_SATFINITE, __NV_E4M3);
-        const uint32_t l = __nv_cvt_float_to_fp8(16.0f * (y - fp8_code_float(h)), __NV_SATFINITE, __NV_E4M3);
-        hi |= h << (8 * i);
-        lo |= l << (8 * i);
-    }
-    reinterpret_cast<uint32_t*>(q + (2 * r) * k + b * kBK)[lane] = hi;
-    reinterpret_cast<uint32_t*>(q + (2 * r + 1) * k + b * kBK)[lane] = lo;
+    for (int i = 0; i < 4; ++i) y[i] = finite ? v[i] * inv : 0.0f;
+    const E4m3Split split = split_e4m3_quad(y);
+    reinterpret_cast<uint32_t*>(q + (2 * r) * k + b * kBK)[lane] = split.hi;
+    reinterpret_cast<uint32_t*>(q + (2 * r + 1) * k + b * kBK)[lane] = split.lo;
     const bool all_finite = __all_sync(0xffffffffu, finite);
     if (lane == 0) {
         const float scale = all_finite ? s : __int_as_float(0x7fc00000);
@@ -361,16 +355,16 @@ void launch_tiles(const Params& p, int64_t max_tiles, cudaStream_t stream) {
     DI_CUDA_LAUNCH_CHECK();
 }
 
-}  // namespace
-
-bool experts_fp8_decode_shapes_ok(int64_t d, int64_t inter) {
-    // k a multiple of 512: a row's scales are 16-byte chunks of two stages
+// k a multiple of 512: a row's scales are 16-byte chunks of two stages.
+bool shapes_ok(int64_t d, int64_t inter) {
     return d % kDownFeatures == 0 && inter % kGateUpFeatures == 0 && d % (2 * kUnits * kBK) == 0 &&
            inter % (2 * kUnits * kBK) == 0;
 }
 
+}  // namespace
+
 bool experts_fp8_decode_applies(const WeightDesc* w1, const WeightDesc* w3, const WeightDesc* w2, int num_experts) {
-    if (num_experts <= 0 || !experts_fp8_decode_shapes_ok(w1[0].cols, w1[0].rows)) return false;
+    if (num_experts <= 0 || !shapes_ok(w1[0].cols, w1[0].rows)) return false;
     for (const WeightDesc* list : {w1, w3, w2})
         for (int e = 0; e < num_experts; ++e)
             if (reinterpret_cast<uintptr_t>(list[e].scale) % 16 != 0) return false;
@@ -379,8 +373,8 @@ bool experts_fp8_decode_applies(const WeightDesc* w1, const WeightDesc* w3, cons
 
 void launch_experts_fp8_decode(const Fp8DecodePlan& plan, int64_t rows, const void* fp8_table, int64_t d, int64_t inter,
                                float swiglu_limit, cudaStream_t stream) {
-    DI_ICHECK(experts_fp8_decode_shapes_ok(d, inter) && rows > 0 && rows < (int64_t{1} << 29), "experts_fp8_decode: D ",
-              d, ", I ", inter, ", ", rows, " slots");
+    DI_ICHECK(shapes_ok(d, inter) && rows > 0 && rows < (int64_t{1} << 29), "experts_fp8_decode: D ", d, ", I ", inter,
+              ", ", rows, " slots");
     // One stream-ordered scratch: [xq: 2R x D codes] [hq: 2R x I] [h: R x I f32] [sx: (D / 128) 2R + kMaxN f32] [sh]
     const auto up16 = [](int64_t b) { return ceil_div(b, 16) * 16; };
     const int64_t at_hq = up16(2 * rows * d), at_h = at_hq + up16(2 * rows * inter), at_sx = at_h + rows * inter * 4;

@@ -181,11 +181,6 @@ struct SplitParams {
     float* xs[kMaxJobs];
     int64_t rows, k;
 };
-__device__ __forceinline__ uint32_t e4m3x2_rn(float lo, float hi) {  // the codes of lo (low byte) and hi
-    uint16_t r;
-    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
-    return r;
-}
 __global__ void gemv_fp8_split_x_kernel(const __grid_constant__ SplitParams a) {
     pdl_prologue();  // see pdl.cuh
     const int64_t w = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
@@ -204,17 +199,11 @@ __global__ void gemv_fp8_split_x_kernel(const __grid_constant__ SplitParams a) {
     // of zeros or of subnormals takes E = -119).
     const int e_max = min(max(static_cast<int>((__float_as_uint(m) >> 23) & 0xff) - 127, -119), 127);
     const float s = pow2_int(e_max - 7), inv = pow2_int(7 - e_max);
-    uint32_t hi = 0, lo = 0;
-    for (int e = 0; e < 4; e += 2) {
-        const float y0 = v[e] * inv, y1 = v[e + 1] * inv;
-        const uint32_t h = e4m3x2_rn(y0, y1);
-        const float2 hf = chunks::e4m3x2_to_float2(h);
-        hi |= h << (8 * e);
-        lo |= e4m3x2_rn(16.0f * (y0 - hf.x), 16.0f * (y1 - hf.y)) << (8 * e);
-    }
+    const float y[4] = {v[0] * inv, v[1] * inv, v[2] * inv, v[3] * inv};
+    const E4m3Split q = split_e4m3_quad(y);
     uint8_t* dst = a.xq[blockIdx.y] + 2 * t * a.k + kb * kBK + 4 * lane;
-    *reinterpret_cast<uint32_t*>(dst) = hi;
-    *reinterpret_cast<uint32_t*>(dst + a.k) = lo;
+    *reinterpret_cast<uint32_t*>(dst) = q.hi;
+    *reinterpret_cast<uint32_t*>(dst + a.k) = q.lo;
     if (lane == 0) a.xs[blockIdx.y][kb * a.rows + t] = s;
 }
 

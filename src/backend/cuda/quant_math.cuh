@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/weight_chunks.cuh"
 
 namespace deepinfer::cuda {
 
@@ -73,6 +74,32 @@ __device__ __forceinline__ Fp8Quad fp8_quantize_quad(const float* __restrict__ f
     const float4 v = __ldg(reinterpret_cast<const float4*>(four));
     const float s = fp8_block_scale(warp_max(fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)))));
     return {fp8_code(v.x, s) | fp8_code(v.y, s) << 8 | fp8_code(v.z, s) << 16 | fp8_code(v.w, s) << 24, s};
+}
+
+// The e4m3 codes of lo (low byte) and hi, each rounded to nearest (ties to even), saturating at +-448.
+__device__ __forceinline__ uint32_t e4m3x2_rn(float lo, float hi) {
+    uint16_t r;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// Four activations already divided by their block's power-of-two scale (|y| within e4m3's range) as two e4m3 terms:
+// hi = e4m3(y), lo = e4m3(16 (y - hi)), both rounded to nearest, y[i]'s codes in byte i. hi + lo / 16 is y exactly for
+// a bf16 y whose hi is normal (4 of its 8 significant bits in hi, the rest in lo); the callers' scales say for which
+// elements (gemv_fp8_mma.cu, experts_fp8_decode.cu).
+struct E4m3Split {
+    uint32_t hi, lo;
+};
+__device__ __forceinline__ E4m3Split split_e4m3_quad(const float (&y)[4]) {
+    E4m3Split s{0, 0};
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+        const uint32_t h = e4m3x2_rn(y[e], y[e + 1]);
+        const float2 hf = chunks::e4m3x2_to_float2(h);
+        s.hi |= h << (8 * e);
+        s.lo |= e4m3x2_rn(16.0f * (y[e] - hf.x), 16.0f * (y[e + 1] - hf.y)) << (8 * e);
+    }
+    return s;
 }
 
 }  // namespace deepinfer::cuda
