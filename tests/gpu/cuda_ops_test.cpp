@@ -350,6 +350,23 @@ TEST_F(CudaOps, RmsNormRopeSwigluGatedPool) {
         gpu_->swiglu(out, gd, ud, limit);
         EXPECT_LE(rel_error(fetch(out), values(ref)), kBound) << "limit " << limit;
     }
+    {  // NaN and infinite inputs under the clamp: NaN stays NaN (as torch.clamp leaves it), infinities clamp
+        std::vector<float> gv = values(g), uv = values(u);
+        gv[3] = NAN, uv[5] = NAN, gv[7] = INFINITY, uv[9] = -INFINITY, gv[11] = -INFINITY;
+        Tensor gn = host(gv, Shape{n}), un = host(uv, Shape{n});
+        Tensor ref = Tensor::f32(Shape{n}), out = poisoned(Shape{n});
+        cpu_->swiglu(ref, gn, un, 1.5f);
+        gpu_->swiglu(out, device(gn), device(un), 1.5f);
+        const std::vector<float> got = fetch(out), want = values(ref);
+        for (int64_t i = 0; i < n; ++i) {
+            EXPECT_EQ(std::isnan(got[i]), std::isnan(want[i]))
+                << "element " << i << ": " << got[i] << " vs " << want[i];
+            if (!std::isnan(want[i])) {
+                EXPECT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << "element " << i;
+            }
+        }
+        EXPECT_TRUE(std::isnan(got[3]) && std::isnan(got[5]));
+    }
 
     const int64_t entries = 7, slots = 8, c = 40;
     std::vector<float> gate = randn(entries * slots * c);

@@ -85,9 +85,9 @@ __device__ __forceinline__ float warp_max(float v) {
 // SwiGLU of one gate g and up u: silu(min(g, limit)) * clamp(u, +-limit), no clamp for limit <= 0 (the CPU op's
 // recipe, term for term).
 __device__ __forceinline__ float swiglu_value(float g, float u, float limit) {
-    if (limit > 0) {
-        g = fminf(g, limit);
-        u = fminf(fmaxf(u, -limit), limit);
+    if (limit > 0) {  // a NaN stays NaN, as with the CPU's std::min / std::max and torch.clamp (fminf would drop it)
+        g = g > limit ? limit : g;
+        u = u > limit ? limit : u < -limit ? -limit : u;
     }
     return g / (1.0f + expf(-g)) * u;
 }
