@@ -231,21 +231,12 @@ __device__ __forceinline__ void stage(unsigned s, bool next, float (&acc)[N / 2]
                                       uint32_t ring, uint32_t bars, const uint2* table, int wg, int arow, int c,
                                       const int (&ref_idx)[2]) {
     const unsigned st = s % kStages;
-#pragma unroll
-    for (int k4 = 0; k4 < 4; ++k4)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) pin(a[k4][i]);  // defined before the fence
-    const uint64_t desc = b_desc(ring + st * kStageBytes);
-    wgmma_fence();
-#pragma unroll
-    for (int k4 = 0; k4 < 4; ++k4)  // step k4 starts 32 bytes on inside the swizzle atom's rows
-        Wgmma8<N>::mma(block, a[k4][0], a[k4][1], a[k4][2], a[k4][3], desc + 2 * k4, k4 > 0 ? 1u : 0u);
-    wgmma_commit();
-    if (next) decode_a(s + 1, a_next, ring_ptr, bars, table, wg, arow, c, ref_idx);  // beside the products
-    wgmma_wait<0>();
     // the scales of the lane's tokens 8 j + 2 c and 8 j + 2 c + 1
-    fp8x::promote<N>(acc, block,
-                     reinterpret_cast<const float*>(ring_ptr + st * kStageBytes + kBBytes + kWBytes + kSBytes), c);
+    fp8x::block_products<N>(acc, block, a, ring + st * kStageBytes,
+                            reinterpret_cast<const float*>(ring_ptr + st * kStageBytes + kBBytes + kWBytes + kSBytes),
+                            c, [&] {
+                                if (next) decode_a(s + 1, a_next, ring_ptr, bars, table, wg, arow, c, ref_idx);
+                            });
     mbar_arrive(bars + 8 * (kStages + st));  // the stage is read
 }
 

@@ -99,4 +99,25 @@ __device__ __forceinline__ void promote(float (&acc)[N / 2], const float (&blk)[
     }
 }
 
+// One 128-k block of a consumer warpgroup, its A fragments a decoded: 4 wgmma steps into the block accumulator blk (B
+// at shared address b; step k4 starts 32 bytes on inside the swizzle atom's rows); decode_next() runs beside them
+// (the next block's A fragments, into the other set); then blk promoted into acc times the scales xs.
+template <int N, class DecodeNext>
+__device__ __forceinline__ void block_products(float (&acc)[N / 2], float (&blk)[N / 2], uint32_t (&a)[4][4],
+                                               uint32_t b, const float* xs, int c, DecodeNext&& decode_next) {
+#pragma unroll
+    for (int k4 = 0; k4 < 4; ++k4)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wgmma::pin(a[k4][i]);  // defined before the fence
+    const uint64_t desc = wgmma::b_desc(b);
+    wgmma::wgmma_fence();
+#pragma unroll
+    for (int k4 = 0; k4 < 4; ++k4)
+        wgmma::Wgmma8<N>::mma(blk, a[k4][0], a[k4][1], a[k4][2], a[k4][3], desc + 2 * k4, k4 > 0 ? 1u : 0u);
+    wgmma::wgmma_commit();
+    decode_next();
+    wgmma::wgmma_wait<0>();
+    promote<N>(acc, blk, xs, c);
+}
+
 }  // namespace deepinfer::cuda::fp8x

@@ -193,20 +193,11 @@ __device__ __forceinline__ void mma_block(unsigned u, bool next, float (&acc)[N 
                                           const int (&ref_idx)[2]) {
     const unsigned st = (u / kUnits) % kStages;
     const uint32_t ub_off = st * kStageBytes + (u % kUnits) * kUnitBytes;
-#pragma unroll
-    for (int k4 = 0; k4 < 4; ++k4)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) pin(a[k4][i]);  // defined before the fence
-    const uint64_t desc = b_desc(ring + ub_off);
-    wgmma_fence();
-#pragma unroll
-    for (int k4 = 0; k4 < 4; ++k4)  // step k4 starts 32 bytes on inside the swizzle atom's rows
-        Wgmma8<N>::mma(blk, a[k4][0], a[k4][1], a[k4][2], a[k4][3], desc + 2 * k4, k4 > 0 ? 1u : 0u);
-    wgmma_commit();
-    if (next) decode_a(u + 1, a_next, ring_ptr, bars, table, wg, arow, c, ref_idx);  // beside the products
-    wgmma_wait<0>();
-    // split rows 8 j + 2 c (hi) and 8 j + 2 c + 1 (lo): one token's
-    fp8x::promote<N>(acc, blk, reinterpret_cast<const float*>(ring_ptr + ub_off + kBBytes + kWBytes), c);
+    // the scales of split rows 8 j + 2 c (hi) and 8 j + 2 c + 1 (lo): one token's
+    fp8x::block_products<N>(acc, blk, a, ring + ub_off,
+                            reinterpret_cast<const float*>(ring_ptr + ub_off + kBBytes + kWBytes), c, [&] {
+                                if (next) decode_a(u + 1, a_next, ring_ptr, bars, table, wg, arow, c, ref_idx);
+                            });
     if (u % kUnits == kUnits - 1) mbar_arrive(bars + 8 * (kStages + st));  // the stage is read
 }
 

@@ -77,8 +77,21 @@ __device__ __forceinline__ float fma4(float4 x, float4 w, float acc) {
     return fmaf(x.w, w.w, acc);
 }
 
-// The expand of the sublayer before the mix (n = 4), made by the few-token dots as they stage f (hc_post's
-// arithmetic, so the streams are bitwise hc_post_vec_kernel<4>'s): out = the new streams f [T, 4, d], y [T, d],
+// hc_post's new stream k of a token at one float4 column: post_k y + sum_j comb[j][k] s_j, j in order. comb: the
+// token's [n, n]; s: its n old streams there. hc_post_vec_kernel and the few-token dots' expand both take it, so that
+// their streams are bitwise the same.
+template <int kMax>
+__device__ __forceinline__ float4 hc_post_stream(float pk, float4 yv, const float* comb, const float4 (&s)[kMax], int n,
+                                                 int k) {
+    float4 acc = make_float4(pk * yv.x, pk * yv.y, pk * yv.z, pk * yv.w);
+#pragma unroll
+    for (int j = 0; j < kMax; ++j)
+        if (j < n) acc = fma4v(comb[j * n + k], s[j], acc);
+    return acc;
+}
+
+// The expand of the sublayer before the mix (n = 4), made by the few-token dots as they stage f (hc_post_stream, so
+// the streams are bitwise hc_post_vec_kernel<4>'s): out = the new streams f [T, 4, d], y [T, d],
 // post [T, 4], comb [T, 4, 4], old [T, 4, d]; d a multiple of kChunk, so that a chunk lies in one stream.
 struct FewExpand {
     float4* out;
@@ -113,16 +126,13 @@ __global__ void __launch_bounds__(kThreads)
         const int r = i / (kChunk / 4), q = i % (kChunk / 4);
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if constexpr (kExpand) {
-            if (r < nt) {  // stream k's float4 column j of token t: hc_post_vec_kernel<4>'s sums
+            if (r < nt) {  // stream k's float4 column j of token t
                 const int64_t t = t0 + r, k = k0 / (4 * ex.d4), j = (k0 % (4 * ex.d4)) / 4 + q;
                 const float4 yv = ex.y[t * ex.d4 + j];
                 float4 sv[4];
 #pragma unroll
                 for (int s = 0; s < 4; ++s) sv[s] = ex.old[(t * 4 + s) * ex.d4 + j];
-                const float pk = ex.post[t * 4 + k];
-                v = make_float4(pk * yv.x, pk * yv.y, pk * yv.z, pk * yv.w);
-#pragma unroll
-                for (int s = 0; s < 4; ++s) v = fma4v(ex.comb[(t * 4 + s) * 4 + k], sv[s], v);
+                v = hc_post_stream(ex.post[t * 4 + k], yv, ex.comb + t * 16, sv, 4, k);
                 ex.out[(t * 4 + k) * ex.d4 + j] = v;
             }
         } else {
@@ -459,12 +469,7 @@ __global__ void __launch_bounds__(kHcVecThreads)
 #pragma unroll
         for (int k = 0; k < kMax; ++k) {
             if (k >= n) break;
-            const float p = post[r * n + k];
-            float4 acc = make_float4(p * yv.x, p * yv.y, p * yv.z, p * yv.w);
-#pragma unroll
-            for (int j = 0; j < kMax; ++j)
-                if (j < n) acc = fma4v(comb[(r * n + j) * n + k], s[j], acc);
-            out[(r * n + k) * d4 + c] = acc;
+            out[(r * n + k) * d4 + c] = hc_post_stream(post[r * n + k], yv, comb + r * n * n, s, n, k);
         }
     }
 }
