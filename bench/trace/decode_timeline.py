@@ -78,11 +78,17 @@ def main():
         exposed = collections.Counter()
         calls = collections.Counter()
         added = {}
+        # Idle: the gaps in the union of the step's device intervals (taken in start order, so that a short kernel
+        # on another stream inside a long one counts no gap); on host: the part of a gap before the next kernel's
+        # launch call returned.
+        covered = ks[0][0]
+        for s, e, kind, name, corr, _ in ks:
+            if s > covered:  # the GPU had nothing running
+                idle += s - covered
+                if api_end.get(corr, 0) > covered:
+                    host_idle += min(s, api_end[corr]) - covered
+            covered = max(covered, e)
         for s, e, kind, name, corr, _ in by_end:
-            if s > latest:  # the GPU had nothing running
-                idle += s - latest
-                if api_end.get(corr, 0) > latest:
-                    host_idle += min(s, api_end[corr]) - latest
             key = label(kind, name)
             exposed[key] += max(0, e - max(s, latest))
             added[(s, corr)] = max(0, e - max(s, latest))

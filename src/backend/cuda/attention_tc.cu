@@ -19,7 +19,8 @@
 //    each key serves up to 128 + rows) or gathered from the fp32 rows (a table, or rows by address:
 //    Backend::sparse_attention_rows, the addresses resolved when a tile's indices are read, a tile or two ahead)
 //    in four register batches of 16 keys, each stored (rounded) into the other buffer a quarter of the tile's
-//    MMAs later (decode, where most keys serve one row). Both give the same bf16 values, so the choice never
+//    MMAs later (decode, where most keys serve one row; blocks of 16 heads, which have the registers, load all
+//    four at the tile's start and store them at its end). Both give the same bf16 values, so the choice never
 //    changes a result.
 // The sink joins at the end as in attention.cu. A block with the row's whole key list (prefill, batch-invariant
 // mode) normalises and writes its accumulators directly; the blocks of a cluster (a row's key list split over up
@@ -63,6 +64,11 @@
 //    call, the last two clusters a second wave); split 3 ways (the largest split whose clusters all fit): 56 / 27
 //    us. ncu (sliding-window layer, batch 32): the q loads before the first tile and the cluster merge were ~40% of
 //    the stall samples (a block has half a tile there); q now has 8 loads in flight per thread instead of 4.
+//    Later (CUPTI, 8-layer decode step, context 4096): 40 / 78 us a call (window or HCA layer / CSA layer) at batch
+//    32, 17 / 37 at batch 8; the merge then read one element of one rank at a time (a dependent chain of
+//    distributed-shared-memory loads, ~15 us). With float4 merges of 4 elements in flight, q at 16 loads in flight,
+//    the first tile's four batches loaded at once and 16-head blocks gathering whole tiles at once: 28 / 64 us at
+//    batch 32, 14.6 / 33 at batch 8 (bench/results/decode_attention_2026-12-03h.txt).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -174,20 +180,23 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
 
     // fp32 gather: batch j (keys 16 j .. 16 j + 15 of a tile) in registers; this thread's float4 i is key
     // 16 j + f / CPL, columns 4 (f % CPL), f = tid + 256 i (a warp reads 512 contiguous bytes of one key).
-    float4 batch[NT];
-    auto gather_load = [&](const long long* idx, int j) {
+    // kInFlight batches are loaded at once: all four where the registers allow (16 heads a block: a quarter of the
+    // MMAs a tile, so the gather's latency, not the products, sets the tile time), else one, a quarter tile ahead.
+    constexpr int kInFlight = HT == 1 ? 4 : 1;
+    float4 batch[kInFlight][NT];
+    auto gather_load = [&](const long long* idx, int j, float4* dst) {
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
             const int f = tid + kThreads * i;
             const auto* src = reinterpret_cast<const float*>(static_cast<uintptr_t>(idx[kBatchKeys * j + f / CPL]));
-            batch[i] = load4(src, 4 * (f % CPL));
+            dst[i] = load4(src, 4 * (f % CPL));
         }
     };
-    auto gather_store = [&](__nv_bfloat16* buf, int j) {
+    auto gather_store = [&](__nv_bfloat16* buf, int j, const float4* src) {
 #pragma unroll
         for (int i = 0; i < NT; ++i) {
             const int f = tid + kThreads * i;
-            store4(buf + (kBatchKeys * j + f / CPL) * LD + 4 * (f % CPL), batch[i]);
+            store4(buf + (kBatchKeys * j + f / CPL) * LD + 4 * (f % CPL), src[i]);
         }
     };
     // bf16 table: the whole tile by cp.async, 16 bytes each; rows past the list are zero filled.
@@ -209,9 +218,16 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
         if constexpr (TABLE) {
             if (point == 0) table_issue(idx, buf);
             if (point == 4) cp_async_wait_all();
+        } else if constexpr (kInFlight == 4) {
+            if (point == 0)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) gather_load(idx, j, batch[j]);
+            if (point == 4)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) gather_store(buf, j, batch[j]);
         } else {
-            if (point > 0) gather_store(buf, point - 1);
-            if (point < 4) gather_load(idx, point);
+            if (point > 0) gather_store(buf, point - 1, batch[0]);
+            if (point < 4) gather_load(idx, point, batch[0]);
         }
     };
 
@@ -219,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
     // key's address with a second dependent load), the queries, the first tile.
     const long long first_keys[2] = {tile_index(0), tile_index(1)};
     const float* qrow = p.q + (static_cast<int64_t>(row) * p.heads + h0) * d;
-#pragma unroll 8  // loads in flight per thread: the q rows come from L2 or HBM once per block
+#pragma unroll 16  // loads in flight per thread: the q rows come from L2 or HBM once per block
     for (int i = tid; i < HB * CPL; i += kThreads) {
         const int h = i / CPL, c4 = i % CPL;
         store4(qs + h * LD + 4 * c4, load4(h < nh ? qrow + static_cast<int64_t>(h) * d : nullptr, 4 * c4));
@@ -233,11 +249,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
         if constexpr (TABLE) {
             table_issue(idx_s, ks);
         } else {
-#pragma unroll 1
-            for (int j = 0; j < 4; ++j) {
-                gather_load(idx_s, j);
-                gather_store(ks, j);
-            }
+            // All four batches' loads in flight before the first store (the accumulators are not live yet, so the
+            // registers are free): one gather latency for the first tile instead of four.
+            float4 first[4][NT];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) gather_load(idx_s, j, first[j]);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) gather_store(ks, j, first[j]);
         }
     }
     cp_async_wait_all();
