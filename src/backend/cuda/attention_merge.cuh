@@ -46,7 +46,7 @@ __device__ __forceinline__ void merge_cluster_outputs(float* orow, float* part, 
             int at[kUnroll], h[kUnroll];
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
-                const int i = min(i0 + u * step, n4 - 1);  // past the end: a valid element, not stored
+                const int i = min(i0 + u * step, n4 - 1);  // past the end: a valid element, neither read nor stored
                 h[u] = i / per_row;
                 at[u] = h[u] * ld + 4 * (i - h[u] * per_row);
                 o[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -55,7 +55,9 @@ __device__ __forceinline__ void merge_cluster_outputs(float* orow, float* part, 
                 const float* src = cluster.map_shared_rank(part, r);
                 float4 v[kUnroll];
 #pragma unroll
-                for (int u = 0; u < kUnroll; ++u) v[u] = *reinterpret_cast<const float4*>(src + at[u]);
+                for (int u = 0; u < kUnroll; ++u)  // past the end: no load (a thread may hold a single element)
+                    v[u] = i0 + u * step < n4 ? *reinterpret_cast<const float4*>(src + at[u])
+                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
                 for (int u = 0; u < kUnroll; ++u) {
                     const float w = wts[r * HG + h[u]];
