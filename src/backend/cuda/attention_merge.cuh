@@ -44,8 +44,10 @@ __device__ __forceinline__ void merge_cluster_outputs(float* orow, float* part, 
         for (int i0 = rank * THREADS + tid; i0 < n4; i0 += kUnroll * step) {
             float4 o[kUnroll];
             int at[kUnroll], h[kUnroll];
+            bool live[kUnroll];  // element i0 + u step exists (a thread may hold a single one)
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u) {
+                live[u] = i0 + u * step < n4;
                 const int i = min(i0 + u * step, n4 - 1);  // past the end: a valid element, neither read nor stored
                 h[u] = i / per_row;
                 at[u] = h[u] * ld + 4 * (i - h[u] * per_row);
@@ -55,9 +57,9 @@ __device__ __forceinline__ void merge_cluster_outputs(float* orow, float* part, 
                 const float* src = cluster.map_shared_rank(part, r);
                 float4 v[kUnroll];
 #pragma unroll
-                for (int u = 0; u < kUnroll; ++u)  // past the end: no load (a thread may hold a single element)
-                    v[u] = i0 + u * step < n4 ? *reinterpret_cast<const float4*>(src + at[u])
-                                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                for (int u = 0; u < kUnroll; ++u)
+                    v[u] =
+                        live[u] ? *reinterpret_cast<const float4*>(src + at[u]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
                 for (int u = 0; u < kUnroll; ++u) {
                     const float w = wts[r * HG + h[u]];
@@ -67,7 +69,7 @@ __device__ __forceinline__ void merge_cluster_outputs(float* orow, float* part, 
             }
 #pragma unroll
             for (int u = 0; u < kUnroll; ++u)
-                if (i0 + u * step < n4) reinterpret_cast<float4*>(orow)[i0 + u * step] = o[u];
+                if (live[u]) reinterpret_cast<float4*>(orow)[i0 + u * step] = o[u];
         }
     } else {
         for (int i = rank * THREADS + tid; i < nh * d; i += splits * THREADS) {

@@ -199,6 +199,15 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
             store4(buf + (kBatchKeys * j + f / CPL) * LD + 4 * (f % CPL), src[i]);
         }
     };
+    // A whole tile: its four batches' loads all issued before any is stored.
+    auto gather_tile_load = [&](const long long* idx, float4(&regs)[4][NT]) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) gather_load(idx, j, regs[j]);
+    };
+    auto gather_tile_store = [&](__nv_bfloat16* buf, const float4(&regs)[4][NT]) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) gather_store(buf, j, regs[j]);
+    };
     // bf16 table: the whole tile by cp.async, 16 bytes each; rows past the list are zero filled.
     auto table_issue = [&](const long long* idx, __nv_bfloat16* buf) {
         constexpr int kPieces = DP / 8;  // 16-byte pieces per key
@@ -219,12 +228,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
             if (point == 0) table_issue(idx, buf);
             if (point == 4) cp_async_wait_all();
         } else if constexpr (kInFlight == 4) {
-            if (point == 0)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) gather_load(idx, j, batch[j]);
-            if (point == 4)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) gather_store(buf, j, batch[j]);
+            if (point == 0) gather_tile_load(idx, batch);
+            if (point == 4) gather_tile_store(buf, batch);
         } else {
             if (point > 0) gather_store(buf, point - 1, batch[0]);
             if (point < 4) gather_load(idx, point, batch[0]);
@@ -252,10 +257,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_attention_tc_kernel(const 
             // All four batches' loads in flight before the first store (the accumulators are not live yet, so the
             // registers are free): one gather latency for the first tile instead of four.
             float4 first[4][NT];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) gather_load(idx_s, j, first[j]);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) gather_store(ks, j, first[j]);
+            gather_tile_load(idx_s, first);
+            gather_tile_store(ks, first);
         }
     }
     cp_async_wait_all();

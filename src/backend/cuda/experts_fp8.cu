@@ -255,12 +255,7 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
     float post[2];
     fp8x::row_refs<kGateUp>(e, t.feature0, wg, arow, ref_idx, post);
     float acc[N / 2], block[N / 2];
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-        acc[i] = 0.0f;
-        block[i] = 0.0f;
-        pin(block[i]);
-    }
+    fp8x::clear_accumulators<N>(acc, block);
     const unsigned nk = static_cast<unsigned>(p.k / kBK);
     // Two sets of A fragments taking turns (no copy between them, which ptxas could merge into a wgmma input that is
     // still being read: wgmma_chain_bench's copy-based version drew C7513, every wgmma serialized).

@@ -85,6 +85,17 @@ __device__ __forceinline__ void decode_fragments(const uint8_t* sw, const uint8_
     }
 }
 
+// A tile's accumulators cleared, blk (the wgmmas' accumulator) pinned as defined before the first asynchronous product.
+template <int N>
+__device__ __forceinline__ void clear_accumulators(float (&acc)[N / 2], float (&blk)[N / 2]) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        acc[i] = 0.0f;
+        blk[i] = 0.0f;
+        wgmma::pin(blk[i]);
+    }
+}
+
 // A block's products (blk, m64 x N) promoted into the fp32 accumulators times the activation scales xs of the
 // block's B rows (the lane's columns 8 j + 2 c and 8 j + 2 c + 1).
 template <int N>

@@ -215,12 +215,7 @@ __device__ __forceinline__ void consume(const Params& p, const Tile& t, const ui
     float post[2];
     fp8x::row_refs<kGateUp>(e, t.feature0, wg, arow, ref_idx, post);
     float acc[N / 2], blk[N / 2];
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-        acc[i] = 0.0f;
-        blk[i] = 0.0f;
-        pin(blk[i]);
-    }
+    fp8x::clear_accumulators<N>(acc, blk);
     const unsigned nu = static_cast<unsigned>(p.k / kBK), u0 = it * kUnits;  // nu even (k % 256 == 0)
     // Two sets of A fragments taking turns (see experts_fp8.cu's consume).
     uint32_t a0[4][4], a1[4][4];
